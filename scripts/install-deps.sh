@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package classic builds, tests and demos with.
+# Idempotent and non-interactive: packages already present are skipped.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libdnnl-dev
+  libopenmpi-dev openmpi-bin
+  libjpeg62-turbo-dev libpng-dev zlib1g-dev libyaml-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

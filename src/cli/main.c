@@ -1,0 +1,50 @@
+/* `classic`: dispatch to the command named by the first argument. */
+#include <stdio.h>
+#include <string.h>
+
+#include "classic/classic.h"
+#include "cli/cli.h"
+
+static const cl_cli_command commands[] = {
+    {"check", "print version, oneDNN version, CPU ISA, threads, MPI",
+     cl_cmd_check},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: classic <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`classic <command> --help` describes a command; "
+               "`classic --version` prints the version.\n");
+}
+
+int cl_cli_fail(const char *what, int status)
+{
+    fprintf(stderr, "classic: %s: %s\n", what,
+            cl_last_error()[0] ? cl_last_error()
+                               : cl_status_message((cl_status)status));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("classic %s\n", cl_version());
+        return 0;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "classic: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,120 @@
+/* Test runner: `test_x` runs every test of the file and prints
+ * "N passed, N failed"; `test_x NAME` runs one (as ctest does);
+ * `test_x --list` lists them. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+enum { MAX_TESTS = 512 };
+
+static struct {
+    const char *name;
+    cl_test_fn fn;
+} tests[MAX_TESTS];
+static int n_tests;
+static int failed_now;
+static char tmpdir[256];
+
+void cl_test_register(const char *name, cl_test_fn fn)
+{
+    if (n_tests < MAX_TESTS) {
+        tests[n_tests].name = name;
+        tests[n_tests].fn = fn;
+        n_tests++;
+    }
+}
+
+void cl_test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s:%d: FAIL: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    failed_now = 1;
+}
+
+int cl_test_failed(void)
+{
+    return failed_now;
+}
+
+static void remove_tmpdir(void)
+{
+    char cmd[300];
+    if (tmpdir[0] && !getenv("CL_TEST_KEEP")) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
+}
+
+const char *cl_test_tmpdir(void)
+{
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/classic-test-XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+        atexit(remove_tmpdir);
+    }
+    return tmpdir;
+}
+
+const char *cl_test_path(const char *name)
+{
+    static char bufs[8][512];
+    static int k;
+    char *b = bufs[k++ & 7];
+    snprintf(b, 512, "%s/%s", cl_test_tmpdir(), name);
+    return b;
+}
+
+int cl_test_run(const char *cmd)
+{
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st))
+        return -1;
+    return WEXITSTATUS(st);
+}
+
+static int run_one(int i)
+{
+    failed_now = 0;
+    cl_clear_error();
+    tests[i].fn();
+    fprintf(stderr, "%s %s\n", failed_now ? "FAIL" : "ok  ", tests[i].name);
+    return !failed_now;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < n_tests; i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    int passed = 0, failed = 0, matched = 0;
+    for (int i = 0; i < n_tests; i++) {
+        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
+            continue;
+        matched++;
+        if (run_one(i))
+            passed++;
+        else
+            failed++;
+    }
+    if (argc > 1 && matched == 0) {
+        fprintf(stderr, "no test named %s\n", argv[1]);
+        return 2;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

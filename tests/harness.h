@@ -1,0 +1,86 @@
+/* The test harness: named tests registered at start-up, checks that record
+ * file:line and keep going, and helpers for fixtures made at run time. */
+#ifndef CL_TESTS_HARNESS_H
+#define CL_TESTS_HARNESS_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "classic/classic.h"
+
+typedef void (*cl_test_fn)(void);
+void cl_test_register(const char *name, cl_test_fn fn);
+void cl_test_fail(const char *file, int line, const char *fmt, ...);
+/* Non-zero once the running test has failed a check. */
+int cl_test_failed(void);
+
+/* A fresh empty directory for this test's fixtures, removed at exit. */
+const char *cl_test_tmpdir(void);
+/* "<tmpdir>/<name>" in a static buffer (one per call, 8 rotating). */
+const char *cl_test_path(const char *name);
+/* Runs a shell command, returning its exit status (-1 if it died). */
+int cl_test_run(const char *cmd);
+
+#define CL_TEST(name)                                                          \
+    static void cl_test_##name(void);                                          \
+    __attribute__((constructor)) static void cl_test_reg_##name(void)          \
+    {                                                                          \
+        cl_test_register(#name, cl_test_##name);                               \
+    }                                                                          \
+    static void cl_test_##name(void)
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            cl_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);              \
+    } while (0)
+
+/* Stops the test when the check fails (for preconditions of what follows). */
+#define REQUIRE(cond)                                                          \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            cl_test_fail(__FILE__, __LINE__, "REQUIRE(%s)", #cond);            \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_OK(expr)                                                         \
+    do {                                                                       \
+        cl_status cl__s = (expr);                                              \
+        if (cl__s != CL_OK)                                                    \
+            cl_test_fail(__FILE__, __LINE__, "%s returned %s: %s", #expr,      \
+                         cl_status_name(cl__s), cl_last_error());              \
+    } while (0)
+
+#define REQUIRE_OK(expr)                                                       \
+    do {                                                                       \
+        cl_status cl__s = (expr);                                              \
+        if (cl__s != CL_OK) {                                                  \
+            cl_test_fail(__FILE__, __LINE__, "%s returned %s: %s", #expr,      \
+                         cl_status_name(cl__s), cl_last_error());              \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+/* expr must fail with status st and a detail containing substr. */
+#define CHECK_ERR(expr, st, substr)                                            \
+    do {                                                                       \
+        cl_status cl__s = (expr);                                              \
+        if (cl__s != (st))                                                     \
+            cl_test_fail(__FILE__, __LINE__, "%s returned %s, expected %s",    \
+                         #expr, cl_status_name(cl__s), cl_status_name(st));    \
+        else if (!strstr(cl_last_error(), (substr)))                           \
+            cl_test_fail(__FILE__, __LINE__,                                   \
+                         "%s: message '%s' lacks '%s'", #expr,                 \
+                         cl_last_error(), (substr));                           \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                  \
+    do {                                                                       \
+        double cl__a = (double)(a), cl__b = (double)(b);                       \
+        if (!(fabs(cl__a - cl__b) <= (tol)))                                   \
+            cl_test_fail(__FILE__, __LINE__, "%s = %.9g vs %s = %.9g (tol %g)", \
+                         #a, cl__a, #b, cl__b, (double)(tol));                 \
+    } while (0)
+
+#endif
