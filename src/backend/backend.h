@@ -1,0 +1,104 @@
+/* A backend runs a planned graph: the reference loops (`ref`) or oneDNN
+ * (`onednn`).  Model and training code call only these functions and never
+ * name a backend; a backend that does not support a node runs it with the
+ * reference kernel on plain copies (the `supports` check). */
+#ifndef CL_BACKEND_BACKEND_H
+#define CL_BACKEND_BACKEND_H
+
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+typedef enum cl_plan_mode {
+    CL_PLAN_TRAIN = 0, /* forward(training or not) + backward */
+    CL_PLAN_INFER = 1  /* forward only, BN folded into conv where possible */
+} cl_plan_mode;
+
+typedef struct cl_backend_opts {
+    int threads;   /* 0: OpenMP's default */
+    int amp_level; /* 0: f32; 1: bf16 conv/matmul; 2: bf16 activations too */
+} cl_backend_opts;
+
+typedef struct cl_backend_vtbl {
+    const char *name;
+    /* Non-zero if the backend runs this node itself. */
+    int (*supports)(const cl_node *n);
+    /* Creates every buffer, workspace and primitive the steps need. */
+    cl_status (*plan)(cl_backend *be, cl_graph *g, cl_plan_mode mode);
+    /* Copies one batch in: x (N,C,H,W) plain f32; labels (N) or soft
+     * targets (N,K), either may be NULL when there is no loss to compute. */
+    cl_status (*set_input)(cl_backend *be, const float *x,
+                           const int32_t *labels, const float *targets);
+    /* Runs forward; training != 0 uses batch statistics for BN and updates
+     * the running ones.  *loss receives the mean loss when labels/targets
+     * were set (may be NULL). */
+    cl_status (*forward)(cl_backend *be, int training, float *loss);
+    /* Runs backward from the loss, overwriting the graph's grad arena. */
+    cl_status (*backward)(cl_backend *be);
+    /* Canonical plain f32 copy of any activation (e.g. logits, features). */
+    cl_status (*read)(cl_backend *be, int tensor, float *out);
+    /* The graph's params or buffers changed (optimizer step, checkpoint
+     * load): refresh any copies the backend keeps (reordered or bf16
+     * weights, folded BN). */
+    cl_status (*sync_params)(cl_backend *be);
+    void (*destroy)(cl_backend *be);
+} cl_backend_vtbl;
+
+/* Calls from inside a step, for data-parallel training (dist/).  Both may
+ * be NULL (single process). */
+typedef struct cl_backend_hooks {
+    void *ctx;
+    /* Backward has finished writing the gradient of param tensor `tensor`
+     * (its grad arena view is final for this step): an allreduce of that
+     * bucket may start now, overlapped with the rest of backward. */
+    void (*grad_ready)(void *ctx, int tensor);
+    /* SyncBatchNorm: sums v[0..n) elementwise over all ranks in place.
+     * Called by BN forward (per-channel sum and sum of squares, plus the
+     * sample count) and BN backward (sum of dy and of dy * xhat). */
+    cl_status (*allreduce_sum)(void *ctx, double *v, int n);
+} cl_backend_hooks;
+
+struct cl_backend {
+    const cl_backend_vtbl *vt;
+    cl_graph *g;
+    cl_plan_mode mode;
+    cl_backend_opts opts;
+    cl_backend_hooks hooks;
+    void *priv; /* the backend's own state */
+};
+
+/* Creates the backend called name ("ref" or "onednn") and plans g on it.
+ * CL_ERR_ARG naming the choices when the name is unknown. */
+cl_status cl_backend_create(cl_backend **out, const char *name, cl_graph *g,
+                            cl_plan_mode mode, const cl_backend_opts *opts);
+void cl_backend_destroy(cl_backend *be);
+
+static inline cl_status cl_backend_set_input(cl_backend *be, const float *x,
+                                             const int32_t *labels,
+                                             const float *targets)
+{
+    return be->vt->set_input(be, x, labels, targets);
+}
+static inline cl_status cl_backend_forward(cl_backend *be, int training,
+                                           float *loss)
+{
+    return be->vt->forward(be, training, loss);
+}
+static inline cl_status cl_backend_backward(cl_backend *be)
+{
+    return be->vt->backward(be);
+}
+static inline cl_status cl_backend_read(cl_backend *be, int tensor, float *out)
+{
+    return be->vt->read(be, tensor, out);
+}
+static inline cl_status cl_backend_sync_params(cl_backend *be)
+{
+    return be->vt->sync_params(be);
+}
+
+/* The backends compiled in. */
+extern const cl_backend_vtbl cl_backend_ref_vtbl;
+extern const cl_backend_vtbl cl_backend_onednn_vtbl;
+
+#endif

@@ -1,0 +1,139 @@
+/* The static graph: built once per (model, batch, input size, precision),
+ * then planned on a backend, then run step after step without allocating.
+ *
+ * The graph holds what every backend shares: the nodes in topological order,
+ * the logical (canonical NCHW) shape of every tensor, and the flat arenas of
+ * parameters, gradients and buffers (BN running statistics) as plain f32 in
+ * the canonical layouts of a torchvision state_dict (OIHW conv weights,
+ * (out, in) linear weights).  Activations and their gradients belong to the
+ * backend, which lays them out as it likes. */
+#ifndef CL_GRAPH_GRAPH_H
+#define CL_GRAPH_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "classic/classic.h"
+#include "ops/ops.h"
+#include "tensor/tensor.h"
+
+typedef enum cl_gtensor_kind {
+    CL_GT_INPUT = 0, /* the image batch (N, C, H, W) */
+    CL_GT_LABELS,    /* integer labels (N), i32 */
+    CL_GT_TARGETS,   /* soft targets (N, K), e.g. MixUp / CutMix */
+    CL_GT_ACT,       /* an activation made by a node */
+    CL_GT_PARAM,     /* learnable: view into the param and grad arenas */
+    CL_GT_BUFFER,    /* state that is not learned: BN running stats */
+    CL_GT_LOSS       /* the scalar mean loss */
+} cl_gtensor_kind;
+
+/* Parameters are tagged so the optimizer can treat groups differently
+ * (weight-decay exemption of BN and bias, a backbone lr multiplier). */
+enum {
+    CL_PARAM_WEIGHT = 1, /* conv / linear weights */
+    CL_PARAM_BIAS = 2,
+    CL_PARAM_BN = 4,   /* BN gamma and beta */
+    CL_PARAM_HEAD = 8 /* the classifier head (fc) */
+};
+
+typedef struct cl_gtensor {
+    char name[64]; /* params and buffers: state_dict name ("layer1.0.bn1.weight") */
+    cl_gtensor_kind kind;
+    cl_shape shape; /* logical NCHW / OIHW shape */
+    cl_dtype dtype;
+    int producer;    /* node index, or -1 */
+    int n_consumers; /* nodes that read it */
+    int last_use;    /* index of the last node reading it in forward, or -1 */
+    /* PARAM and BUFFER only: offsets (in floats) into the arenas. */
+    size_t offset;
+    int param_flags; /* CL_PARAM_* */
+} cl_gtensor;
+
+typedef union cl_op_attr {
+    cl_conv2d_attr conv2d;
+    cl_batchnorm2d_attr batchnorm2d;
+    cl_maxpool2d_attr maxpool2d;
+    cl_linear_attr linear;
+    cl_softmax_ce_attr softmax_ce;
+} cl_op_attr;
+
+enum { CL_NODE_MAX_IN = 3, CL_NODE_MAX_PARAM = 2, CL_NODE_MAX_BUF = 2 };
+
+typedef struct cl_node {
+    cl_op_kind op;
+    char name[64]; /* module path: "layer1.0.conv1" */
+    cl_op_attr attr;
+    /* Tensor indices.  conv2d/linear: in[0]=x, param = {weight, bias?};
+     * batchnorm2d: in[0]=x, param = {gamma, beta}, buf = {running_mean,
+     * running_var}; add: in = {a, b}; softmax_ce: in = {logits, labels or
+     * targets}; others: in[0]=x. */
+    int in[CL_NODE_MAX_IN];
+    int n_in;
+    int param[CL_NODE_MAX_PARAM];
+    int n_param;
+    int buf[CL_NODE_MAX_BUF];
+    int n_buf;
+    int out;
+} cl_node;
+
+typedef struct cl_backend cl_backend;
+
+typedef struct cl_graph {
+    cl_node *nodes;
+    int n_nodes, cap_nodes;
+    cl_gtensor *tensors;
+    int n_tensors, cap_tensors;
+
+    /* Well-known tensors (indices, -1 when absent). */
+    int input, labels, targets, logits, loss, features;
+
+    int batch;       /* N */
+    int num_classes; /* K */
+
+    /* Arenas, allocated by cl_graph_finalize.  params and grads have the
+     * same layout: one tensor after another, each 64-byte aligned. */
+    float *params;
+    float *grads;
+    size_t n_param_floats; /* arena length, with alignment padding */
+    int64_t n_param_elems; /* learnable elements (what "parameters" counts) */
+    float *buffers;
+    size_t n_buffer_floats;
+    int finalized;
+} cl_graph;
+
+/* ---- building ----------------------------------------------------------- */
+cl_status cl_graph_init(cl_graph *g, int batch);
+void cl_graph_free(cl_graph *g);
+
+/* Each returns CL_OK and the new tensor's index in *out, or an error naming
+ * the node and the shape at fault.  `name` is the module path. */
+cl_status cl_graph_input(cl_graph *g, int c, int h, int w, int *out);
+cl_status cl_graph_conv2d(cl_graph *g, const char *name, int x,
+                          const cl_conv2d_attr *a, int *out);
+cl_status cl_graph_batchnorm2d(cl_graph *g, const char *name, int x,
+                               const cl_batchnorm2d_attr *a, int *out);
+cl_status cl_graph_relu(cl_graph *g, const char *name, int x, int *out);
+cl_status cl_graph_maxpool2d(cl_graph *g, const char *name, int x,
+                             const cl_maxpool2d_attr *a, int *out);
+cl_status cl_graph_global_avgpool(cl_graph *g, const char *name, int x,
+                                  int *out);
+cl_status cl_graph_linear(cl_graph *g, const char *name, int x,
+                          const cl_linear_attr *a, int *out);
+cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out);
+/* Adds the loss over logits; soft != 0 takes (N, K) targets instead of
+ * integer labels.  Sets g->logits, g->labels or g->targets, g->loss. */
+cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
+                              const cl_softmax_ce_attr *a, int soft);
+
+/* Allocates the arenas (zeroed) and fixes consumers / last uses.  After
+ * this, no node may be added. */
+cl_status cl_graph_finalize(cl_graph *g);
+
+/* ---- arenas ----------------------------------------------------------------- */
+float *cl_graph_param(const cl_graph *g, int tensor);
+float *cl_graph_grad(const cl_graph *g, int tensor);
+float *cl_graph_buffer(const cl_graph *g, int tensor);
+/* Index of the param or buffer tensor with this state_dict name, or -1. */
+int cl_graph_find(const cl_graph *g, const char *name);
+
+#endif
