@@ -159,4 +159,14 @@ void cl_softmax_ce_backward(float *dlogits, const float *probs,
                             const int32_t *labels, const float *targets,
                             int N, float scale, const cl_softmax_ce_attr *a);
 
+/* ---- shape rules of the ops above that have no attr-specific rule ------- */
+/* x (N,C,H,W) -> y (N,C). */
+cl_status cl_global_avgpool_infer(const cl_shape *x, cl_shape *y);
+/* x (N,in_features) -> y (N,out_features). */
+cl_status cl_linear_infer(const cl_linear_attr *a, const cl_shape *x,
+                          cl_shape *y);
+/* logits must be (N, num_classes); label_smoothing in [0, 1]. */
+cl_status cl_softmax_ce_infer(const cl_softmax_ce_attr *a,
+                              const cl_shape *logits);
+
 #endif
