@@ -97,6 +97,11 @@ static void out_size(const cl_conv2d_attr *a, int H, int W, int *OH, int *OW)
     *OW = (int)cl__ops_out_len(W, a->kw, a->sw, a->pw, a->dw);
 }
 
+/* Every kernel walks the taps (ki, kj) outermost: the range of output
+ * positions a tap reaches inside the input is computed once per tap, then
+ * the channel loops run with no bounds tests (a tap entirely in the
+ * padding, common on 1x1 and 2x2 maps, costs nothing). */
+
 void cl_conv2d_forward(float *y, const float *x, const float *w, const float *b,
                        int N, int H, int W, const cl_conv2d_attr *a)
 {
@@ -104,7 +109,7 @@ void cl_conv2d_forward(float *y, const float *x, const float *w, const float *b,
     out_size(a, H, W, &OH, &OW);
     const int icg = a->in_ch / a->groups, ocg = a->out_ch / a->groups;
     const int64_t plane = (int64_t)H * W, oplane = (int64_t)OH * OW;
-    const int64_t nout = (int64_t)N * a->out_ch;
+    const int64_t nout = (int64_t)N * a->out_ch, kk = (int64_t)a->kh * a->kw;
     /* One (sample, output channel) plane per iteration: disjoint writes. */
 #pragma omp parallel for schedule(static)
     for (int64_t no = 0; no < nout; no++) {
@@ -114,26 +119,29 @@ void cl_conv2d_forward(float *y, const float *x, const float *w, const float *b,
         const float bv = b ? b[oc] : 0.0f;
         for (int64_t i = 0; i < oplane; i++)
             yp[i] = bv;
-        for (int icl = 0; icl < icg; icl++) {
-            const int ic = g * icg + icl;
-            const float *xp = x + ((int64_t)n * a->in_ch + ic) * plane;
-            const float *wp =
-                w + (((int64_t)oc * icg + icl) * a->kh) * a->kw; /* (kh,kw) */
-            for (int ki = 0; ki < a->kh; ki++) {
-                int oh0, oh1;
-                cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh, &oh0,
-                                    &oh1);
-                for (int kj = 0; kj < a->kw; kj++) {
-                    int ow0, ow1;
-                    cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw, &ow0,
-                                        &ow1);
-                    const float wv = wp[ki * a->kw + kj];
+        /* x planes of this group, w (icg,kh,kw) of this output channel */
+        const float *xg =
+            x + ((int64_t)n * a->in_ch + (int64_t)g * icg) * plane;
+        const float *wo = w + (int64_t)oc * icg * kk;
+        for (int ki = 0; ki < a->kh; ki++) {
+            int oh0, oh1;
+            cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh, &oh0, &oh1);
+            for (int kj = 0; kj < a->kw; kj++) {
+                int ow0, ow1;
+                cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw, &ow0,
+                                    &ow1);
+                if (oh0 >= oh1 || ow0 >= ow1)
+                    continue;
+                const int ioff = kj * a->dw - a->pw;
+                for (int icl = 0; icl < icg; icl++) {
+                    const float wv = wo[icl * kk + ki * a->kw + kj];
+                    const float *xp = xg + icl * plane;
                     for (int oh = oh0; oh < oh1; oh++) {
                         const int ih = oh * a->sh - a->ph + ki * a->dh;
-                        const float *xr = xp + (int64_t)ih * W;
+                        const float *xr = xp + (int64_t)ih * W + ioff;
                         float *yr = yp + (int64_t)oh * OW;
                         for (int ow = ow0; ow < ow1; ow++)
-                            yr[ow] += wv * xr[ow * a->sw - a->pw + kj * a->dw];
+                            yr[ow] += wv * xr[ow * a->sw];
                     }
                 }
             }
@@ -149,7 +157,7 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
     out_size(a, H, W, &OH, &OW);
     const int icg = a->in_ch / a->groups, ocg = a->out_ch / a->groups;
     const int64_t plane = (int64_t)H * W, oplane = (int64_t)OH * OW;
-    const int64_t wsize = (int64_t)icg * a->kh * a->kw; /* per out channel */
+    const int64_t kk = (int64_t)a->kh * a->kw;
 
     /* db[oc] = sum over n, oh, ow of dy. */
     if (db) {
@@ -172,32 +180,35 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
 #pragma omp parallel for schedule(static)
         for (int oc = 0; oc < a->out_ch; oc++) {
             const int g = oc / ocg;
-            float *dwp = dw + (int64_t)oc * wsize; /* (icg,kh,kw) */
-            for (int64_t i = 0; i < wsize; i++)
-                dwp[i] = 0.0f;
+            float *dwo = dw + (int64_t)oc * icg * kk; /* (icg,kh,kw) */
+            for (int64_t i = 0; i < icg * kk; i++)
+                dwo[i] = 0.0f;
             for (int n = 0; n < N; n++) {
                 const float *dyp = dy + ((int64_t)n * a->out_ch + oc) * oplane;
-                for (int icl = 0; icl < icg; icl++) {
-                    const int ic = g * icg + icl;
-                    const float *xp = x + ((int64_t)n * a->in_ch + ic) * plane;
-                    for (int ki = 0; ki < a->kh; ki++) {
-                        int oh0, oh1;
-                        cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh,
-                                            &oh0, &oh1);
-                        for (int kj = 0; kj < a->kw; kj++) {
-                            int ow0, ow1;
-                            cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw,
-                                                &ow0, &ow1);
+                const float *xg =
+                    x + ((int64_t)n * a->in_ch + (int64_t)g * icg) * plane;
+                for (int ki = 0; ki < a->kh; ki++) {
+                    int oh0, oh1;
+                    cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh, &oh0,
+                                        &oh1);
+                    for (int kj = 0; kj < a->kw; kj++) {
+                        int ow0, ow1;
+                        cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw,
+                                            &ow0, &ow1);
+                        if (oh0 >= oh1 || ow0 >= ow1)
+                            continue;
+                        const int ioff = kj * a->dw - a->pw;
+                        for (int icl = 0; icl < icg; icl++) {
+                            const float *xp = xg + icl * plane;
                             float s = 0.0f;
                             for (int oh = oh0; oh < oh1; oh++) {
                                 const int ih = oh * a->sh - a->ph + ki * a->dh;
-                                const float *xr = xp + (int64_t)ih * W;
+                                const float *xr = xp + (int64_t)ih * W + ioff;
                                 const float *dyr = dyp + (int64_t)oh * OW;
                                 for (int ow = ow0; ow < ow1; ow++)
-                                    s += dyr[ow] *
-                                         xr[ow * a->sw - a->pw + kj * a->dw];
+                                    s += dyr[ow] * xr[ow * a->sw];
                             }
-                            dwp[((int64_t)icl * a->kh + ki) * a->kw + kj] += s;
+                            dwo[icl * kk + ki * a->kw + kj] += s;
                         }
                     }
                 }
@@ -217,26 +228,31 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
             float *dxp = dx + ni * plane; /* (H,W) */
             for (int64_t i = 0; i < plane; i++)
                 dxp[i] = 0.0f;
-            for (int ocl = 0; ocl < ocg; ocl++) {
-                const int oc = g * ocg + ocl;
-                const float *dyp = dy + ((int64_t)n * a->out_ch + oc) * oplane;
-                const float *wp = w + ((int64_t)oc * icg + icl) * a->kh * a->kw;
-                for (int ki = 0; ki < a->kh; ki++) {
-                    int oh0, oh1;
-                    cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh, &oh0,
-                                        &oh1);
-                    for (int kj = 0; kj < a->kw; kj++) {
-                        int ow0, ow1;
-                        cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw,
-                                            &ow0, &ow1);
-                        const float wv = wp[ki * a->kw + kj];
+            /* dy planes and w rows of this group's output channels */
+            const float *dyg =
+                dy + ((int64_t)n * a->out_ch + (int64_t)g * ocg) * oplane;
+            const float *wg = w + ((int64_t)g * ocg * icg + icl) * kk;
+            for (int ki = 0; ki < a->kh; ki++) {
+                int oh0, oh1;
+                cl__ops_valid_range(OH, H, a->sh, a->ph, ki * a->dh, &oh0,
+                                    &oh1);
+                for (int kj = 0; kj < a->kw; kj++) {
+                    int ow0, ow1;
+                    cl__ops_valid_range(OW, W, a->sw, a->pw, kj * a->dw, &ow0,
+                                        &ow1);
+                    if (oh0 >= oh1 || ow0 >= ow1)
+                        continue;
+                    const int ioff = kj * a->dw - a->pw;
+                    for (int ocl = 0; ocl < ocg; ocl++) {
+                        const float wv =
+                            wg[(int64_t)ocl * icg * kk + ki * a->kw + kj];
+                        const float *dyp = dyg + ocl * oplane;
                         for (int oh = oh0; oh < oh1; oh++) {
                             const int ih = oh * a->sh - a->ph + ki * a->dh;
-                            float *dxr = dxp + (int64_t)ih * W;
+                            float *dxr = dxp + (int64_t)ih * W + ioff;
                             const float *dyr = dyp + (int64_t)oh * OW;
                             for (int ow = ow0; ow < ow1; ow++)
-                                dxr[ow * a->sw - a->pw + kj * a->dw] +=
-                                    wv * dyr[ow];
+                                dxr[ow * a->sw] += wv * dyr[ow];
                         }
                     }
                 }
