@@ -336,6 +336,27 @@ CL_TEST(conv2d_infer_errors)
     CHECK_ERR(cl_conv2d_infer(&a, &xneg, &y), CL_ERR_SHAPE, "height is -5");
     cl_shape xbig = cl_shape_4d(1, 3, 1 << 20, 1 << 20);
     CHECK_ERR(cl_conv2d_infer(&a, &xbig, &y), CL_ERR_SHAPE, "plane");
+    /* Hostile sizes: nothing may overflow the kernels' int arithmetic. */
+    cl_shape x1 = cl_shape_4d(1, 3, 1, 1);
+    a = cl_conv2d_attr_make(3, 8, 1, 1, 2000000000);
+    CHECK_ERR(cl_conv2d_infer(&a, &x1, &y), CL_ERR_SHAPE,
+              "conv2d: height 1 with padding 2000000000");
+    a = cl_conv2d_attr_make(3, 8, 1, 1, 1000000000);
+    CHECK_ERR(cl_conv2d_infer(&a, &x1, &y), CL_ERR_SHAPE,
+              "conv2d: output plane 2000000001x2000000001");
+    a = cl_conv2d_attr_make(3, 8, 3, 1, 1);
+    a.dh = 2000000000;
+    CHECK_ERR(cl_conv2d_infer(&a, &x1, &y), CL_ERR_SHAPE,
+              "dilation 2000000000");
+    cl_shape xhuge = cl_shape_4d(2000000000, 3, 40000, 40000);
+    a = cl_conv2d_attr_make(3, 8, 1, 1, 0);
+    CHECK_ERR(cl_conv2d_infer(&a, &xhuge, &y), CL_ERR_LIMIT,
+              "conv2d: input has more elements");
+    cl_shape xwide = cl_shape_4d(2000000000, 3, 4, 4);
+    a = cl_conv2d_attr_make(3, 2000000000, 1, 1, 0);
+    CHECK_ERR(cl_conv2d_infer(&a, &xwide, &y), CL_ERR_LIMIT,
+              "conv2d: output has more elements");
+
     /* Dilated: effective kernel 5 on width 4 with no padding. */
     a = cl_conv2d_attr_make(3, 8, 3, 1, 0);
     a.dh = a.dw = 2;
@@ -699,6 +720,14 @@ CL_TEST(maxpool2d_infer_errors)
     CHECK_ERR(cl_maxpool2d_infer(&b, &small, &y), CL_ERR_SHAPE, "stride");
     b = (cl_maxpool2d_attr){0, 3, 1, 1, 0, 0};
     CHECK_ERR(cl_maxpool2d_infer(&b, &small, &y), CL_ERR_SHAPE, "kernel");
+    cl_shape x1 = cl_shape_4d(1, 1, 1, 1);
+    b = (cl_maxpool2d_attr){3, 3, 1, 1, 1, 1};
+    REQUIRE_OK(cl_maxpool2d_infer(&b, &x1, &y));
+    CHECK(y.d[2] == 1 && y.d[3] == 1);
+    cl_shape tall = cl_shape_4d(1, 1, 100000000, 1);
+    b = (cl_maxpool2d_attr){2100000000, 3, 1, 1, 1050000000, 1};
+    CHECK_ERR(cl_maxpool2d_infer(&b, &tall, &y), CL_ERR_SHAPE,
+              "maxpool2d: height 100000000 with padding 1050000000");
     cl_shape bad = cl_shape_4d(1, 0, 4, 4);
     b = (cl_maxpool2d_attr){2, 2, 2, 2, 0, 0};
     CHECK_ERR(cl_maxpool2d_infer(&b, &bad, &y), CL_ERR_SHAPE, "channels is 0");

@@ -69,6 +69,10 @@ cl_status cl_conv2d_infer(const cl_conv2d_attr *a, const cl_shape *x,
         return cl_error(CL_ERR_SHAPE,
                         "conv2d: input has %lld channels, attr.in_ch is %d",
                         (long long)x->d[1], a->in_ch);
+    CL_TRY(
+        cl__ops_check_window("conv2d", "height", x->d[2], a->kh, a->ph, a->dh));
+    CL_TRY(
+        cl__ops_check_window("conv2d", "width", x->d[3], a->kw, a->pw, a->dw));
     int64_t oh = cl__ops_out_len(x->d[2], a->kh, a->sh, a->ph, a->dh);
     int64_t ow = cl__ops_out_len(x->d[3], a->kw, a->sw, a->pw, a->dw);
     if (oh < 1 || ow < 1) {
@@ -86,8 +90,9 @@ cl_status cl_conv2d_infer(const cl_conv2d_attr *a, const cl_shape *x,
                         pair_str(s, sizeof s, a->sh, a->sw),
                         pair_str(p, sizeof p, a->ph, a->pw), d);
     }
+    CL_TRY(cl__ops_check_out_plane("conv2d", oh, ow));
     *y = cl_shape_4d(x->d[0], a->out_ch, oh, ow);
-    return CL_OK;
+    return cl__ops_check_numel("conv2d", "output", y);
 }
 
 /* Output sizes for the kernels (infer has validated them). */

@@ -24,6 +24,10 @@ cl_status cl_maxpool2d_infer(const cl_maxpool2d_attr *a, const cl_shape *x,
                         "kernel %dx%d",
                         a->ph, a->pw, a->kh, a->kw);
     CL_TRY(cl__ops_check_4d("maxpool2d", x));
+    CL_TRY(
+        cl__ops_check_window("maxpool2d", "height", x->d[2], a->kh, a->ph, 1));
+    CL_TRY(
+        cl__ops_check_window("maxpool2d", "width", x->d[3], a->kw, a->pw, 1));
     int64_t oh = cl__ops_out_len(x->d[2], a->kh, a->sh, a->ph, 1);
     int64_t ow = cl__ops_out_len(x->d[3], a->kw, a->sw, a->pw, 1);
     if (oh < 1 || ow < 1)
@@ -33,8 +37,9 @@ cl_status cl_maxpool2d_infer(const cl_maxpool2d_attr *a, const cl_shape *x,
                         (long long)(oh < 1 ? oh : ow), (long long)x->d[2],
                         (long long)x->d[3], a->kh, a->kw, a->sh, a->sw, a->ph,
                         a->pw);
+    CL_TRY(cl__ops_check_out_plane("maxpool2d", oh, ow));
     *y = cl_shape_4d(x->d[0], x->d[1], oh, ow);
-    return CL_OK;
+    return cl__ops_check_numel("maxpool2d", "output", y);
 }
 
 static void out_size(const cl_maxpool2d_attr *a, int H, int W, int *OH, int *OW)

@@ -12,6 +12,22 @@
  * dimension and every plane must fit in an int. */
 #define CL_OPS_MAX_DIM ((int64_t)INT_MAX)
 
+/* Checks that the element count of s fits in an int64 (CL_ERR_LIMIT
+ * naming `what` otherwise), so numel and byte sizes can be computed. */
+static inline cl_status cl__ops_check_numel(const char *op, const char *what,
+                                            const cl_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->d[i] > 0 && n > INT64_MAX / 8 / s->d[i])
+            return cl_error(CL_ERR_LIMIT,
+                            "%s: %s has more elements than can be addressed",
+                            op, what);
+        n *= s->d[i];
+    }
+    return CL_OK;
+}
+
 /* Checks x is 4-d (N,C,H,W) with each dimension in [1, INT_MAX] and a plane
  * H*W that fits in an int.  `op` prefixes the message. */
 static inline cl_status cl__ops_check_4d(const char *op, const cl_shape *x)
@@ -30,6 +46,34 @@ static inline cl_status cl__ops_check_4d(const char *op, const cl_shape *x)
         return cl_error(CL_ERR_SHAPE,
                         "%s: input plane %lldx%lld has more than %d elements",
                         op, (long long)x->d[2], (long long)x->d[3], INT_MAX);
+    return cl__ops_check_numel(op, "input", x);
+}
+
+/* Checks that a sliding window along one axis stays within int arithmetic:
+ * the padded input and the dilated kernel span each fit in an int, so the
+ * kernels' index expressions oh*s - p + k*d cannot overflow. */
+static inline cl_status cl__ops_check_window(const char *op, const char *axis,
+                                             int64_t in, int k, int p, int d)
+{
+    if (in + 2 * (int64_t)p > CL_OPS_MAX_DIM ||
+        (int64_t)d * (k - 1) + 1 > CL_OPS_MAX_DIM)
+        return cl_error(CL_ERR_SHAPE,
+                        "%s: %s %lld with padding %d, kernel %d and dilation "
+                        "%d exceeds %d",
+                        op, axis, (long long)in, p, k, d, INT_MAX);
+    return CL_OK;
+}
+
+/* Checks an output plane OH x OW fits in an int (per-plane indices are
+ * int32). */
+static inline cl_status cl__ops_check_out_plane(const char *op, int64_t oh,
+                                                int64_t ow)
+{
+    if (oh > CL_OPS_MAX_DIM || ow > CL_OPS_MAX_DIM || oh * ow > CL_OPS_MAX_DIM)
+        return cl_error(CL_ERR_SHAPE,
+                        "%s: output plane %lldx%lld has more than %d "
+                        "elements",
+                        op, (long long)oh, (long long)ow, INT_MAX);
     return CL_OK;
 }
 
