@@ -41,6 +41,9 @@ typedef struct cl_backend_vtbl {
      * load): refresh any copies the backend keeps (reordered or bf16
      * weights, folded BN). */
     cl_status (*sync_params)(cl_backend *be);
+    /* Frees be->priv and all it holds, also after a plan that failed half
+     * way (cl_backend_create calls it then); cl_backend_destroy frees be
+     * itself afterwards. */
     void (*destroy)(cl_backend *be);
 } cl_backend_vtbl;
 

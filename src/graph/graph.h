@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "classic/classic.h"
 #include "ops/ops.h"
@@ -32,12 +33,13 @@ typedef enum cl_gtensor_kind {
 enum {
     CL_PARAM_WEIGHT = 1, /* conv / linear weights */
     CL_PARAM_BIAS = 2,
-    CL_PARAM_BN = 4,   /* BN gamma and beta */
+    CL_PARAM_BN = 4,  /* BN gamma and beta */
     CL_PARAM_HEAD = 8 /* the classifier head (fc) */
 };
 
 typedef struct cl_gtensor {
-    char name[64]; /* params and buffers: state_dict name ("layer1.0.bn1.weight") */
+    /* params and buffers: state_dict name ("layer1.0.bn1.weight") */
+    char name[64];
     cl_gtensor_kind kind;
     cl_shape shape; /* logical NCHW / OIHW shape */
     cl_dtype dtype;
@@ -74,6 +76,10 @@ typedef struct cl_node {
     int buf[CL_NODE_MAX_BUF];
     int n_buf;
     int out;
+    /* batchnorm2d: the "<name>.num_batches_tracked" buffer (shape (1), a
+     * float count of training forwards, as torchvision's state_dict has
+     * one); -1 for other ops.  Kept out of buf[] so n_buf stays 2. */
+    int num_batches;
 } cl_node;
 
 typedef struct cl_backend cl_backend;
@@ -129,11 +135,22 @@ cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
  * this, no node may be added. */
 cl_status cl_graph_finalize(cl_graph *g);
 
-/* ---- arenas ----------------------------------------------------------------- */
+/* ---- arenas ------------------------------------------------------------ */
 float *cl_graph_param(const cl_graph *g, int tensor);
 float *cl_graph_grad(const cl_graph *g, int tensor);
 float *cl_graph_buffer(const cl_graph *g, int tensor);
 /* Index of the param or buffer tensor with this state_dict name, or -1. */
 int cl_graph_find(const cl_graph *g, const char *name);
+
+/* ---- helpers ----------------------------------------------------------- */
+/* Elements of tensor t. */
+int64_t cl_graph_numel(const cl_graph *g, int t);
+/* Adds one to every BN's num_batches_tracked.  A backend calls it once per
+ * training forward (as PyTorch counts), whatever it runs BN with. */
+void cl_graph_count_batch(cl_graph *g);
+/* Forward multiply-adds of conv2d and linear nodes, per image. */
+int64_t cl_graph_macs(const cl_graph *g);
+/* A table of the nodes: name, op, output shape, parameters; then totals. */
+void cl_graph_print_layers(const cl_graph *g, FILE *f);
 
 #endif

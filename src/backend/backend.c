@@ -1,0 +1,61 @@
+/* Backend creation by name and destruction; the steps themselves are
+ * inline calls through the vtable (backend.h). */
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mem.h"
+
+cl_status cl_backend_create(cl_backend **out, const char *name, cl_graph *g,
+                            cl_plan_mode mode, const cl_backend_opts *opts)
+{
+    *out = NULL;
+    const cl_backend_vtbl *vt = NULL;
+    if (name && strcmp(name, "ref") == 0)
+        vt = &cl_backend_ref_vtbl;
+    else if (name && strcmp(name, "onednn") == 0)
+        vt = &cl_backend_onednn_vtbl;
+    else
+        return cl_error(CL_ERR_ARG, "backend '%s' is not one of ref, onednn",
+                        name ? name : "(null)");
+    if (!g || !g->finalized)
+        return cl_error(CL_ERR_ARG,
+                        "backend %s: the graph must be finalized first",
+                        vt->name);
+    if (mode != CL_PLAN_TRAIN && mode != CL_PLAN_INFER)
+        return cl_error(CL_ERR_ARG, "backend %s: plan mode %d is unknown",
+                        vt->name, (int)mode);
+    if (opts &&
+        (opts->threads < 0 || opts->amp_level < 0 || opts->amp_level > 2))
+        return cl_error(CL_ERR_ARG,
+                        "backend %s: threads %d (expected >= 0) or amp level "
+                        "%d (expected 0..2) out of range",
+                        vt->name, opts->threads, opts->amp_level);
+    cl_backend *be = cl_alloc_zero(sizeof *be, "backend");
+    if (!be)
+        return CL_ERR_NOMEM;
+    be->vt = vt;
+    be->g = g;
+    be->mode = mode;
+    if (opts)
+        be->opts = *opts;
+    cl_status s = vt->plan(be, g, mode);
+    if (s != CL_OK) {
+        /* destroy must cope with a half-made plan. */
+        if (vt->destroy)
+            vt->destroy(be);
+        cl_free(be);
+        return cl_error_wrap(s, "backend %s: ", vt->name);
+    }
+    *out = be;
+    return CL_OK;
+}
+
+void cl_backend_destroy(cl_backend *be)
+{
+    if (!be)
+        return;
+    if (be->vt && be->vt->destroy)
+        be->vt->destroy(be);
+    cl_free(be);
+}

@@ -1,0 +1,88 @@
+/* torchvision's ResNet initialisation on a finalized graph, one RNG stream
+ * per tensor so the values depend on the seed alone. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "models/resnet.h"
+
+/* Purpose tag mixed into the stream ids of parameter init. */
+#define INIT_STREAM_TAG 0x696e6974u /* "init" */
+
+static void fill(float *p, int64_t n, float v)
+{
+    for (int64_t i = 0; i < n; i++)
+        p[i] = v;
+}
+
+/* Non-zero when the BN node called name is the last of a residual block
+ * ("layerS.B.bn2" for BasicBlock, "layerS.B.bn3" for Bottleneck). */
+static int is_last_block_bn(const char *name, int bottleneck)
+{
+    if (strncmp(name, "layer", 5) != 0)
+        return 0;
+    const char *dot = strrchr(name, '.');
+    return dot && strcmp(dot + 1, bottleneck ? "bn3" : "bn2") == 0;
+}
+
+cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
+                         uint64_t seed)
+{
+    CL_TRY(cl_resnet_check_config(cfg));
+    if (!g->finalized)
+        return cl_error(CL_ERR_ARG, "resnet init: the graph is not finalized");
+    int bottleneck = cl_resnet_expansion(cfg->depth) == 4;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cl_node *n = &g->nodes[i];
+        if (n->op == CL_OP_CONV2D) {
+            /* kaiming_normal_(mode="fan_out", nonlinearity="relu"):
+             * PyTorch's fan_out is size(0) * kh * kw, whatever the groups. */
+            const cl_conv2d_attr *a = &n->attr.conv2d;
+            double std = sqrt(2.0 / ((double)a->out_ch * a->kh * a->kw));
+            for (int j = 0; j < n->n_param; j++) {
+                int t = n->param[j];
+                float *p = cl_graph_param(g, t);
+                int64_t ne = cl_graph_numel(g, t);
+                if (j == 0) {
+                    cl_rng r;
+                    cl_rng_init(&r, seed,
+                                cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
+                    for (int64_t k = 0; k < ne; k++)
+                        p[k] = (float)(std * cl_rng_normal(&r));
+                } else {
+                    fill(p, ne, 0.0f); /* a conv bias, if any */
+                }
+            }
+        } else if (n->op == CL_OP_BATCHNORM2D) {
+            int c = n->attr.batchnorm2d.channels;
+            float gamma =
+                cfg->zero_init_residual && is_last_block_bn(n->name, bottleneck)
+                    ? 0.0f
+                    : 1.0f;
+            fill(cl_graph_param(g, n->param[0]), c, gamma);
+            fill(cl_graph_param(g, n->param[1]), c, 0.0f);
+            fill(cl_graph_buffer(g, n->buf[0]), c, 0.0f);
+            fill(cl_graph_buffer(g, n->buf[1]), c, 1.0f);
+            if (n->num_batches >= 0)
+                cl_graph_buffer(g, n->num_batches)[0] = 0.0f;
+        } else if (n->op == CL_OP_LINEAR) {
+            /* nn.Linear's reset_parameters: kaiming_uniform_(a=sqrt(5)) on
+             * the weight and uniform(+-1/sqrt(fan_in)) on the bias, both
+             * amounting to the same bound. */
+            double bound = 1.0 / sqrt((double)n->attr.linear.in_features);
+            for (int j = 0; j < n->n_param; j++) {
+                int t = n->param[j];
+                float *p = cl_graph_param(g, t);
+                int64_t ne = cl_graph_numel(g, t);
+                cl_rng r;
+                cl_rng_init(&r, seed, cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
+                for (int64_t k = 0; k < ne; k++)
+                    p[k] =
+                        (float)((2.0 * cl_rng_uniform_f64(&r) - 1.0) * bound);
+            }
+        }
+    }
+    memset(g->grads, 0, g->n_param_floats * sizeof(float));
+    return CL_OK;
+}
