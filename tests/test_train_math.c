@@ -10,6 +10,7 @@
 #include "core/mem.h"
 #include "harness.h"
 #include "train/lr.h"
+#include "train/metrics.h"
 #include "train/optim.h"
 
 /* ---- fixtures --------------------------------------------------------- */
@@ -764,4 +765,226 @@ CL_TEST(lr_rejects_bad_config)
     c = cos_cfg();
     c.kind = (cl_lr_kind)9;
     CHECK_ERR(cl_lr_validate(&c), CL_ERR_CONFIG, "lr.scheduler");
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+/* Four samples over 3 classes (top-k is top-3 here):
+ *   s0 (2, 1, 0)      label 0: predicted 0, right;
+ *   s1 (.5, .5, .1)   label 1: tie of 0 and 1 goes to 0, wrong;
+ *   s2 (0, 3, 1)      label 2: predicted 1, wrong;
+ *   s3 (1, 1, 1)      label 0: all tied, predicted 0, right.
+ * Confusion rows (true) x columns (pred): {2,0,0}, {1,0,0}, {0,1,0}. */
+static const float k_logits4[4 * 3] = {2, 1, 0, 0.5f, 0.5f, 0.1f,
+                                       0, 3, 1, 1,    1,    1};
+static const int32_t k_labels4[4] = {0, 1, 2, 0};
+
+CL_TEST(metrics_top1_loss_confusion)
+{
+    cl_metrics m;
+    REQUIRE_OK(cl_metrics_init(&m, 3));
+    CHECK(m.k == 3 && m.n_counts == 3 + 9);
+    CHECK(isnan(cl_metrics_top1(&m)) && isnan(cl_metrics_loss(&m)));
+    REQUIRE_OK(cl_metrics_add(&m, k_logits4, k_labels4, 4, 2.0));
+    CHECK(cl_metrics_count(&m) == 4);
+    CHECK_NEAR(cl_metrics_top1(&m), 0.5, 1e-12);
+    CHECK_NEAR(cl_metrics_topk(&m), 1.0, 1e-12);
+    CHECK_NEAR(cl_metrics_loss(&m), 0.5, 1e-12);
+    static const int64_t want[9] = {2, 0, 0, 1, 0, 0, 0, 1, 0};
+    CHECK(memcmp(m.confusion, want, sizeof want) == 0);
+    CHECK_NEAR(cl_metrics_class_acc(&m, 0), 1.0, 1e-12);
+    CHECK_NEAR(cl_metrics_class_acc(&m, 1), 0.0, 1e-12);
+    CHECK(isnan(cl_metrics_class_acc(&m, 3)));
+    CHECK_NEAR(cl_metrics_mean_class_acc(&m), 1.0 / 3.0, 1e-12);
+    cl_metrics_reset(&m);
+    CHECK(cl_metrics_count(&m) == 0 && m.confusion[0] == 0);
+    cl_metrics_free(&m);
+    cl_metrics_free(&m);
+}
+
+CL_TEST(metrics_top5_ties_and_nan)
+{
+    cl_metrics m;
+    REQUIRE_OK(cl_metrics_init(&m, 7));
+    CHECK(m.k == 5);
+    const float up[7] = {0, 1, 2, 3, 4, 5, 6};
+    const float flat[7] = {1, 1, 1, 1, 1, 1, 1};
+    const float nan_true[7] = {0, 0, 0, NAN, 0, 0, 0};
+    const float nan_other[7] = {NAN, 0, 0, 0, 0, 0, 0};
+    int32_t lab;
+    /* Ascending logits: label 1 has 5 classes above it (out of top-5),
+     * label 2 has 4 (in). */
+    lab = 1;
+    REQUIRE_OK(cl_metrics_add(&m, up, &lab, 1, 0.0));
+    CHECK(m.counts[2] == 0);
+    lab = 2;
+    REQUIRE_OK(cl_metrics_add(&m, up, &lab, 1, 0.0));
+    CHECK(m.counts[2] == 1 && m.counts[1] == 0);
+    /* All tied: lower indices rank first, so label 4 is 5th (in) and label
+     * 5 is 6th (out); both predicted as class 0. */
+    lab = 4;
+    REQUIRE_OK(cl_metrics_add(&m, flat, &lab, 1, 0.0));
+    CHECK(m.counts[2] == 2);
+    lab = 5;
+    REQUIRE_OK(cl_metrics_add(&m, flat, &lab, 1, 0.0));
+    CHECK(m.counts[2] == 2);
+    CHECK(m.confusion[4 * 7 + 0] == 1 && m.confusion[5 * 7 + 0] == 1);
+    /* A NaN true logit ranks last: wrong everywhere. */
+    lab = 3;
+    REQUIRE_OK(cl_metrics_add(&m, nan_true, &lab, 1, 0.0));
+    CHECK(m.counts[2] == 2 && m.counts[1] == 0);
+    CHECK(m.confusion[3 * 7 + 0] == 1);
+    /* A NaN elsewhere loses to every number: class 1 is predicted. */
+    lab = 1;
+    REQUIRE_OK(cl_metrics_add(&m, nan_other, &lab, 1, 0.0));
+    CHECK(m.counts[1] == 1 && m.counts[2] == 3);
+    CHECK(m.confusion[1 * 7 + 1] == 1);
+    CHECK(cl_metrics_count(&m) == 6);
+    cl_metrics_free(&m);
+}
+
+CL_TEST(metrics_bad_labels_and_sizes)
+{
+    cl_metrics m;
+    CHECK_ERR(cl_metrics_init(&m, 0), CL_ERR_ARG, "at least 1 class");
+    CHECK_ERR(cl_metrics_init(&m, CL_METRICS_MAX_CLASSES + 1), CL_ERR_LIMIT,
+              "limit");
+    cl_metrics_free(&m);
+    REQUIRE_OK(cl_metrics_init(&m, 3));
+    const int32_t bad[4] = {0, 1, 3, 0};
+    CHECK_ERR(cl_metrics_add(&m, k_logits4, bad, 4, 1.0), CL_ERR_ARG,
+              "label 3 of sample 2");
+    const int32_t neg[1] = {-1};
+    CHECK_ERR(cl_metrics_add(&m, k_logits4, neg, 1, 1.0), CL_ERR_ARG,
+              "label -1 of sample 0");
+    CHECK(cl_metrics_count(&m) == 0 && m.loss_sum == 0.0);
+    CHECK_ERR(cl_metrics_add(&m, k_logits4, k_labels4, -2, 0.0), CL_ERR_ARG,
+              "negative");
+    cl_metrics_free(&m);
+}
+
+CL_TEST(metrics_merge_equals_single_pass)
+{
+    cl_metrics all, a, b, other;
+    REQUIRE_OK(cl_metrics_init(&all, 3));
+    REQUIRE_OK(cl_metrics_init(&a, 3));
+    REQUIRE_OK(cl_metrics_init(&b, 3));
+    REQUIRE_OK(cl_metrics_init(&other, 4));
+    REQUIRE_OK(cl_metrics_add(&all, k_logits4, k_labels4, 4, 2.0));
+    REQUIRE_OK(cl_metrics_add(&a, k_logits4, k_labels4, 1, 0.5));
+    REQUIRE_OK(cl_metrics_add(&b, k_logits4 + 3, k_labels4 + 1, 3, 1.5));
+    REQUIRE_OK(cl_metrics_merge(&a, &b));
+    CHECK(memcmp(a.counts, all.counts, all.n_counts * sizeof(int64_t)) == 0);
+    CHECK(a.loss_sum == all.loss_sum);
+    CHECK_ERR(cl_metrics_merge(&a, &other), CL_ERR_SHAPE, "3 classes vs 4");
+    cl_metrics_free(&all);
+    cl_metrics_free(&a);
+    cl_metrics_free(&b);
+    cl_metrics_free(&other);
+}
+
+/* Reads a whole small file into buf (NUL-terminated); returns its length
+ * or -1. */
+static long slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (long)n;
+}
+
+CL_TEST(metrics_csv_and_print)
+{
+    cl_metrics m;
+    REQUIRE_OK(cl_metrics_init(&m, 3));
+    REQUIRE_OK(cl_metrics_add(&m, k_logits4, k_labels4, 4, 2.0));
+    const char *names[3] = {"cat", "dog, big", "say \"hi\""};
+    const char *path = cl_test_path("confusion.csv");
+    REQUIRE_OK(cl_metrics_write_csv(&m, path, names));
+    char buf[4096];
+    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    const char *want = "true\\pred,cat,\"dog, big\",\"say \"\"hi\"\"\"\n"
+                       "cat,2,0,0\n"
+                       "\"dog, big\",1,0,0\n"
+                       "\"say \"\"hi\"\"\",0,1,0\n";
+    CHECK(strcmp(buf, want) == 0);
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *left = fopen(tmp, "rb");
+    CHECK(left == NULL);
+    if (left)
+        fclose(left);
+    /* Without names the indices are used. */
+    REQUIRE_OK(cl_metrics_write_csv(&m, path, NULL));
+    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    CHECK(strncmp(buf, "true\\pred,0,1,2\n0,2,0,0\n", 24) == 0);
+    CHECK_ERR(cl_metrics_write_csv(&m, "/nonexistent-dir/x.csv", names),
+              CL_ERR_IO, "/nonexistent-dir/x.csv");
+    /* The text report. */
+    const char *rp = cl_test_path("report.txt");
+    FILE *f = fopen(rp, "w");
+    REQUIRE(f != NULL);
+    CHECK_OK(cl_metrics_print(&m, f, names));
+    fclose(f);
+    REQUIRE(slurp(rp, buf, sizeof buf) > 0);
+    CHECK(strstr(buf, "4 samples, loss 0.5000, top-1 50.00% (2), top-3 "
+                      "100.00% (4)") != NULL);
+    CHECK(strstr(buf, "dog, big") != NULL);
+    CHECK(strstr(buf, "100.00%\n") != NULL);
+    cl_metrics_free(&m);
+}
+
+CL_TEST(metrics_print_many_classes_lists_worst)
+{
+    /* 150 classes, one sample each, right for every class except 20..29
+     * (predicted as class 0 by a zero row... with logit 1 at class 0). */
+    enum { K = 150 };
+    cl_metrics m;
+    REQUIRE_OK(cl_metrics_init(&m, K));
+    static float l[K];
+    for (int c = 0; c < K; c++) {
+        memset(l, 0, sizeof l);
+        l[(c >= 20 && c < 30) ? 0 : c] = 1.0f;
+        int32_t lab = c;
+        REQUIRE_OK(cl_metrics_add(&m, l, &lab, 1, 0.1));
+    }
+    CHECK_NEAR(cl_metrics_top1(&m), 140.0 / 150.0, 1e-12);
+    const char *rp = cl_test_path("report150.txt");
+    FILE *f = fopen(rp, "w");
+    REQUIRE(f != NULL);
+    CHECK_OK(cl_metrics_print(&m, f, NULL));
+    fclose(f);
+    char buf[8192];
+    REQUIRE(slurp(rp, buf, sizeof buf) > 0);
+    CHECK(strstr(buf, "(10 lowest of 150 classes)") != NULL);
+    int lines = 0;
+    for (char *p = buf; *p; p++)
+        lines += *p == '\n';
+    CHECK(lines == 12);
+    /* Exactly the ten wrong classes, at 0%. */
+    for (int c = 20; c < 30; c++) {
+        char row[64];
+        snprintf(row, sizeof row, "\n  %-24d %10d %10d    0.00%%", c, 1, 0);
+        CHECK(strstr(buf, row) != NULL);
+    }
+    cl_metrics_free(&m);
+}
+
+CL_TEST(ema_bias_corrected)
+{
+    /* beta 0.5: after 4 the average is 4; after 2 it is
+     * (0.5 * 2 + 0.25 * 4) / (1 - 0.25) = 2 / 0.75. */
+    cl_ema e;
+    cl_ema_init(&e, 0.5);
+    CHECK(isnan(cl_ema_get(&e)));
+    CHECK_NEAR(cl_ema_add(&e, 4.0), 4.0, 1e-12);
+    CHECK_NEAR(cl_ema_add(&e, 2.0), 2.0 / 0.75, 1e-12);
+    CHECK_NEAR(cl_ema_add(&e, NAN), 2.0 / 0.75, 1e-12);
+    CHECK(e.n == 2 && e.n_skipped == 1);
+    cl_ema_init(&e, 0.0);
+    cl_ema_add(&e, 3.0);
+    CHECK_NEAR(cl_ema_add(&e, 7.0), 7.0, 1e-12);
 }
