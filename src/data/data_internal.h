@@ -1,0 +1,54 @@
+/* Internals shared by the data readers: the dataset struct and helpers. */
+#ifndef CL_DATA_INTERNAL_H
+#define CL_DATA_INTERNAL_H
+
+#include <stdint.h>
+#include <zlib.h>
+
+#include "data/data.h"
+
+struct cl_dataset {
+    const char *format; /* static string */
+    int64_t count;
+    int num_classes;
+    char **class_names; /* (num_classes) */
+    int32_t *labels;    /* labels: (count) */
+    /* In-memory formats (IDX, CIFAR). */
+    uint8_t *pixels; /* pixels: (count, h, w, c) */
+    int h, w, c;
+    /* ImageFolder: only paths are kept; images decode lazily. */
+    char *root;
+    char *pool;        /* "class/file\0" strings */
+    int64_t *path_off; /* path_off: (count) offsets into pool */
+    int64_t ignored;
+    cl_bad_image_policy policy;
+    uint64_t max_pixels;
+};
+
+/* Allocates num_classes name slots (NULL-filled). */
+cl_status cl__dataset_alloc_names(cl_dataset *ds, int n);
+/* strdup through cl_alloc. */
+char *cl__strdup(const char *s, const char *what);
+
+/* Reads exactly n bytes from a gzip (or plain: zlib reads it as is)
+ * stream, growing the buffer as data arrives so a lying header cannot make
+ * us allocate more than about twice what the file holds.  *got receives
+ * the bytes read; short reads are not an error here. */
+cl_status cl__gz_read_n(gzFile f, const char *name, size_t n, uint8_t **out,
+                        size_t *got);
+/* Bytes left in the stream after the current position (up to limit). */
+size_t cl__gz_count_rest(gzFile f, size_t limit);
+
+/* Readers, each filling a zeroed cl_dataset. */
+cl_status cl__idx_open(cl_dataset *ds, const cl_dataset_spec *spec,
+                       int fashion);
+cl_status cl__cifar_open(cl_dataset *ds, const cl_dataset_spec *spec,
+                         int hundred);
+cl_status cl__imagefolder_open(cl_dataset *ds, const cl_dataset_spec *spec);
+
+/* 1 if path is a directory, 0 if something else exists, -1 if nothing. */
+int cl__path_kind(const char *path);
+/* Concatenates a/b into out (size cap); CL_ERR_LIMIT if too long. */
+cl_status cl__path_join(char *out, size_t cap, const char *a, const char *b);
+
+#endif

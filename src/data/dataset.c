@@ -1,0 +1,295 @@
+/* Dataset front end: opening by format, accessors, shared file helpers. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+#include "data/data_internal.h"
+
+cl_dataset_spec cl_dataset_spec_default(void)
+{
+    cl_dataset_spec s;
+    memset(&s, 0, sizeof s);
+    s.usage = CL_USAGE_TRAIN;
+    s.on_bad_image = CL_BAD_IMAGE_FAIL;
+    return s;
+}
+
+char *cl__strdup(const char *s, const char *what)
+{
+    size_t n = strlen(s) + 1;
+    char *p = cl_alloc(n, what);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+cl_status cl__dataset_alloc_names(cl_dataset *ds, int n)
+{
+    ds->class_names = cl_alloc_zero((size_t)n * sizeof(char *), "class names");
+    if (!ds->class_names)
+        return CL_ERR_NOMEM;
+    ds->num_classes = n;
+    return CL_OK;
+}
+
+int cl__path_kind(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    return S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+cl_status cl__path_join(char *out, size_t cap, const char *a, const char *b)
+{
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= cap)
+        return cl_error(CL_ERR_LIMIT, "%s/%s: path too long", a, b);
+    return CL_OK;
+}
+
+cl_status cl__gz_read_n(gzFile f, const char *name, size_t n, uint8_t **out,
+                        size_t *got)
+{
+    size_t cap = n < ((size_t)64 << 20) ? n : ((size_t)64 << 20);
+    size_t have = 0;
+    uint8_t *buf = cl_alloc(cap, name);
+    if (!buf)
+        return CL_ERR_NOMEM;
+    while (have < n) {
+        if (have == cap) {
+            size_t ncap = cap * 2 < n ? cap * 2 : n;
+            uint8_t *nb = cl_alloc(ncap, name);
+            if (!nb) {
+                cl_free(buf);
+                return CL_ERR_NOMEM;
+            }
+            memcpy(nb, buf, have);
+            cl_free(buf);
+            buf = nb;
+            cap = ncap;
+        }
+        size_t want = cap - have;
+        if (want > (1u << 30))
+            want = 1u << 30;
+        int r = gzread(f, buf + have, (unsigned)want);
+        if (r < 0) {
+            int zerr = 0;
+            const char *msg = gzerror(f, &zerr);
+            cl_free(buf);
+            return cl_error(CL_ERR_FORMAT, "%s: cannot decompress: %s", name,
+                            msg);
+        }
+        if (r == 0) {
+            /* zlib reports a gzip stream cut short as an error at EOF. */
+            int zerr = 0;
+            const char *msg = gzerror(f, &zerr);
+            if (zerr != Z_OK && zerr != Z_STREAM_END) {
+                cl_free(buf);
+                return cl_error(CL_ERR_FORMAT,
+                                "%s: truncated or corrupt gzip data after "
+                                "%zu bytes: %s",
+                                name, have, msg);
+            }
+            break;
+        }
+        have += (size_t)r;
+    }
+    *out = buf;
+    *got = have;
+    return CL_OK;
+}
+
+size_t cl__gz_count_rest(gzFile f, size_t limit)
+{
+    uint8_t tmp[4096];
+    size_t total = 0;
+    while (total < limit) {
+        int r = gzread(f, tmp, sizeof tmp);
+        if (r <= 0)
+            break;
+        total += (size_t)r;
+    }
+    return total;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Picks a format from what the path looks like. */
+static const char *guess_format(const char *path)
+{
+    char buf[4096];
+    if (!path || !path[0])
+        return "fashion_mnist";
+    if (has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz")) {
+        if (strstr(path, "100"))
+            return "cifar100";
+        return "cifar10";
+    }
+    if (strstr(path, "idx3-ubyte"))
+        return "idx";
+    const char *probes[][2] = {
+        {"data_batch_1.bin", "cifar10"},
+        {"cifar-10-batches-bin/data_batch_1.bin", "cifar10"},
+        {"train.bin", "cifar100"},
+        {"cifar-100-binary/train.bin", "cifar100"},
+        {"train-images-idx3-ubyte.gz", "idx"},
+        {"train-images-idx3-ubyte", "idx"},
+        {"t10k-images-idx3-ubyte.gz", "idx"},
+        {"t10k-images-idx3-ubyte", "idx"},
+    };
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        if (cl__path_join(buf, sizeof buf, path, probes[i][0]) == CL_OK &&
+            cl__path_kind(buf) == 0)
+            return probes[i][1];
+    }
+    if (cl__path_kind(path) == 1)
+        return "imagefolder";
+    return NULL;
+}
+
+cl_status cl_dataset_open(cl_dataset **out, const cl_dataset_spec *spec)
+{
+    cl_status s;
+    *out = NULL;
+    cl_dataset *ds = cl_alloc_zero(sizeof *ds, "dataset");
+    if (!ds)
+        return CL_ERR_NOMEM;
+    ds->policy = spec->on_bad_image;
+    ds->max_pixels =
+        spec->max_pixels ? spec->max_pixels : CL_DATA_DEFAULT_MAX_PIXELS;
+    const char *fmt = spec->format && spec->format[0]
+                          ? spec->format
+                          : guess_format(spec->path);
+    if (!fmt) {
+        s = cl_error(CL_ERR_ARG,
+                     "%s: cannot tell the dataset format (not a directory, "
+                     "IDX file or CIFAR archive); give format",
+                     spec->path);
+        goto fail;
+    }
+    if (spec->usage < CL_USAGE_TRAIN || spec->usage > CL_USAGE_ALL) {
+        s = cl_error(CL_ERR_ARG,
+                     "dataset usage %d: expected train, test or "
+                     "all",
+                     (int)spec->usage);
+        goto fail;
+    }
+    if (strcmp(fmt, "fashion_mnist") == 0 || strcmp(fmt, "fashion-mnist") == 0)
+        s = cl__idx_open(ds, spec, 1);
+    else if (strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0)
+        s = cl__idx_open(ds, spec, 0);
+    else if (strcmp(fmt, "cifar10") == 0 || strcmp(fmt, "cifar-10") == 0)
+        s = cl__cifar_open(ds, spec, 0);
+    else if (strcmp(fmt, "cifar100") == 0 || strcmp(fmt, "cifar-100") == 0)
+        s = cl__cifar_open(ds, spec, 1);
+    else if (strcmp(fmt, "imagefolder") == 0)
+        s = cl__imagefolder_open(ds, spec);
+    else
+        s = cl_error(CL_ERR_ARG,
+                     "dataset format '%s': expected fashion_mnist, mnist, "
+                     "idx, cifar10, cifar100 or imagefolder",
+                     fmt);
+    if (s != CL_OK)
+        goto fail;
+    *out = ds;
+    return CL_OK;
+fail:
+    cl_dataset_close(ds);
+    return s;
+}
+
+void cl_dataset_close(cl_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->class_names)
+        for (int k = 0; k < ds->num_classes; k++)
+            cl_free(ds->class_names[k]);
+    cl_free(ds->class_names);
+    cl_free(ds->labels);
+    cl_free(ds->pixels);
+    cl_free(ds->root);
+    cl_free(ds->pool);
+    cl_free(ds->path_off);
+    cl_free(ds);
+}
+
+int64_t cl_dataset_count(const cl_dataset *ds)
+{
+    return ds->count;
+}
+
+int cl_dataset_num_classes(const cl_dataset *ds)
+{
+    return ds->num_classes;
+}
+
+const char *cl_dataset_class_name(const cl_dataset *ds, int k)
+{
+    if (k < 0 || k >= ds->num_classes || !ds->class_names[k])
+        return "?";
+    return ds->class_names[k];
+}
+
+int32_t cl_dataset_label(const cl_dataset *ds, int64_t i)
+{
+    CL_ASSERT(i >= 0 && i < ds->count);
+    return ds->labels[i];
+}
+
+const char *cl_dataset_format(const cl_dataset *ds)
+{
+    return ds->format;
+}
+
+void cl_dataset_image_dims(const cl_dataset *ds, int *h, int *w, int *c)
+{
+    *h = ds->h;
+    *w = ds->w;
+    *c = ds->c;
+}
+
+const char *cl_dataset_path(const cl_dataset *ds, int64_t i)
+{
+    if (!ds->pool || i < 0 || i >= ds->count)
+        return NULL;
+    return ds->pool + ds->path_off[i];
+}
+
+int64_t cl_dataset_ignored_files(const cl_dataset *ds)
+{
+    return ds->ignored;
+}
+
+cl_bad_image_policy cl_dataset_bad_image_policy(const cl_dataset *ds)
+{
+    return ds->policy;
+}
+
+cl_status cl_dataset_get(const cl_dataset *ds, int64_t i, int min_side,
+                         cl_image *img, int32_t *label)
+{
+    if (i < 0 || i >= ds->count)
+        return cl_error(CL_ERR_ARG, "sample %lld: outside the dataset's %lld",
+                        (long long)i, (long long)ds->count);
+    if (label)
+        *label = ds->labels[i];
+    if (ds->pixels) {
+        CL_TRY(cl_image_reserve(img, ds->h, ds->w, ds->c));
+        size_t sz = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c;
+        memcpy(img->data, ds->pixels + (size_t)i * sz, sz);
+        return CL_OK;
+    }
+    char path[4096];
+    CL_TRY(
+        cl__path_join(path, sizeof path, ds->root, ds->pool + ds->path_off[i]));
+    return cl_image_load(path, min_side, ds->max_pixels, img);
+}
