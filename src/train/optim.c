@@ -351,10 +351,21 @@ static double sum_squares(const float *grads, const cl_optim_segment *segs,
         if (skip && skip[k])
             continue;
         const float *g = grads + segs[k].offset;
-        const size_t n = segs[k].n;
+        const size_t n = segs[k].n, nb = n / 8;
+        /* Eight independent accumulators: vectorizable without
+         * reassociating, and the same order for the same partition. */
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma omp for schedule(static) nowait
-        for (size_t i = 0; i < n; i++)
-            sum += (double)g[i] * (double)g[i];
+        for (size_t b = 0; b < nb; b++)
+            for (int l = 0; l < 8; l++) {
+                double x = g[8 * b + (size_t)l];
+                acc[l] += x * x;
+            }
+#pragma omp for schedule(static) nowait
+        for (size_t i = 8 * nb; i < n; i++)
+            acc[0] += (double)g[i] * (double)g[i];
+        sum += ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+               ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
     return sum;
 }
