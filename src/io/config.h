@@ -1,0 +1,174 @@
+/* The run configuration: one plain struct with a default for every key of a
+ * mindcv-style recipe, loaded from YAML and overridden by `--key value`. */
+#ifndef CL_IO_CONFIG_H
+#define CL_IO_CONFIG_H
+
+#include <stdio.h>
+
+#include "classic/classic.h"
+#include "io/strbuf.h"
+
+#define CL_CFG_PATH_MAX 512 /* path buffers, NUL included */
+#define CL_CFG_NAME_MAX 64  /* split names */
+#define CL_CFG_MAX_MILESTONES 32
+#define CL_CFG_MAX_CHANNELS 3 /* mean/std entries */
+
+/* Enumerated keys: the value is the index into the key's list of names, so
+ * cl_config_enum_name(key, value) gives the YAML spelling back. */
+enum { /* dataset */
+       CL_CFG_DATASET_FASHION_MNIST,
+       CL_CFG_DATASET_MNIST,
+       CL_CFG_DATASET_CIFAR10,
+       CL_CFG_DATASET_CIFAR100,
+       CL_CFG_DATASET_IMAGEFOLDER
+};
+enum { /* model */
+       CL_CFG_MODEL_RESNET18,
+       CL_CFG_MODEL_RESNET34,
+       CL_CFG_MODEL_RESNET50,
+       CL_CFG_MODEL_RESNET101,
+       CL_CFG_MODEL_RESNET152
+};
+enum { CL_CFG_STEM_IMAGENET, CL_CFG_STEM_CIFAR };
+enum { CL_CFG_OPT_MOMENTUM, CL_CFG_OPT_SGD, CL_CFG_OPT_ADAMW };
+enum {
+    CL_CFG_SCHED_COSINE_DECAY,
+    CL_CFG_SCHED_MULTI_STEP,
+    CL_CFG_SCHED_CONSTANT
+};
+enum { CL_CFG_AMP_O0, CL_CFG_AMP_O1, CL_CFG_AMP_O2 };
+enum { CL_CFG_BACKEND_ONEDNN, CL_CFG_BACKEND_REF };
+enum { CL_CFG_LR_SCALE_NONE, CL_CFG_LR_SCALE_LINEAR };
+enum { CL_CFG_BAD_IMAGE_FAIL, CL_CFG_BAD_IMAGE_SKIP };
+enum { CL_CFG_DIST_AUTO, CL_CFG_DIST_NONE, CL_CFG_DIST_MPI };
+/* log_level holds a cl_log_level (core/log.h): error, warn, info, debug. */
+
+/* Booleans are ints (0/1); enums are ints as above; lists carry a count.
+ * docs/config.md explains every key; `classic train --help` lists them. */
+typedef struct cl_config {
+    /* ---- data ---- */
+    int dataset;
+    char data_dir[CL_CFG_PATH_MAX]; /* "" : the dataset's default place */
+    char train_split[CL_CFG_NAME_MAX];
+    char val_split[CL_CFG_NAME_MAX];
+    char class_indexing[CL_CFG_PATH_MAX]; /* file of "name index" lines */
+    int num_classes;                      /* 0: from the dataset */
+    int limit_train, limit_val;           /* 0: all samples */
+    int on_bad_image;
+    int num_parallel_workers;
+    int prefetch; /* batches */
+    int shuffle;
+    int drop_remainder;
+    int batch_size;  /* per process */
+    int image_size;  /* the model's input side */
+    double crop_pct; /* eval: resize to image_size / crop_pct, center crop */
+    /* ---- augmentation (training only) ---- */
+    int random_crop_padding; /* RandomCrop(image_size, padding); 0 off */
+    double hflip;            /* probability */
+    int random_resized_crop;
+    double scale[2];
+    int n_scale;
+    double ratio[2];
+    int n_ratio;
+    double color_jitter[3]; /* brightness, contrast, saturation */
+    int n_color_jitter;
+    double mean[CL_CFG_MAX_CHANNELS]; /* [0,1] units; empty: no Normalize */
+    int n_mean;
+    double std[CL_CFG_MAX_CHANNELS];
+    int n_std;
+    double re_prob; /* RandomErasing probability */
+    double mixup;   /* alpha; 0 off */
+    double cutmix;  /* alpha; 0 off */
+    double mixup_prob;
+    double label_smoothing;
+    /* ---- model ---- */
+    int model;
+    int stem;
+    int in_channels;
+    char pretrained[CL_CFG_PATH_MAX]; /* safetensors to start from */
+    char resume[CL_CFG_PATH_MAX];     /* checkpoint to continue */
+    int freeze_backbone;
+    double backbone_lr_mult;
+    int zero_init_residual;
+    int sync_bn;
+    /* ---- optimizer ---- */
+    int opt;
+    double lr;
+    double momentum;
+    int nesterov;
+    double weight_decay;
+    int filter_bias_and_bn;
+    double beta1, beta2, eps;
+    int lr_scale;
+    /* ---- lr schedule ---- */
+    int scheduler;
+    int warmup_epochs;
+    double warmup_factor;
+    double min_lr;
+    int decay_epochs; /* cosine: 0 = epoch_size - warmup_epochs */
+    int milestones[CL_CFG_MAX_MILESTONES];
+    int n_milestones;
+    double decay_rate;
+    int lr_epoch_stair;
+    /* ---- training loop ---- */
+    int epoch_size; /* epochs */
+    int accumulation_steps;
+    double grad_clip_norm; /* 0 off */
+    int amp_level;
+    int backend;
+    int threads; /* 0: OpenMP's default */
+    int seed;
+    int dist;
+    /* ---- checkpoints and logs ---- */
+    char ckpt_save_dir[CL_CFG_PATH_MAX];
+    int ckpt_save_interval; /* steps; 0 off */
+    int ckpt_save_epochs;   /* epochs; 0 off */
+    int keep_checkpoint_max;
+    int val_interval;    /* epochs; 0 never */
+    int per_print_times; /* steps */
+    int log_level;
+} cl_config;
+
+/* Every key at its default. */
+void cl_config_defaults(cl_config *c);
+
+/* Applies a YAML recipe (a flat mapping of keys) over *c.  Errors are
+ * CL_ERR_CONFIG with "file:line: ..." (unknown key with a suggestion, wrong
+ * type, out of range, repeated key) or "file:line:col: YAML error: ..."
+ * (syntax); CL_ERR_IO if the file cannot be read.  Ends with
+ * cl_config_check.  On failure *c may be partly updated. */
+cl_status cl_config_load_yaml(cl_config *c, const char *path);
+/* The same from text in memory; `name` stands for the file in messages. */
+cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
+                                   const char *name);
+
+/* One override, as `--key value` gives it: key may use '-' for '_' and
+ * mindcv's aliases; lists are "a,b,c" or "[a, b, c]"; booleans
+ * true/false/yes/no/on/off/1/0.  Same checks as the YAML path ("command
+ * line: key 'batch_size' expects ..."), without the cross-key check. */
+cl_status cl_config_set(cl_config *c, const char *key, const char *value);
+
+/* Cross-key consistency (mean/std length vs in_channels, milestones for
+ * multi_step, scale/ratio order, min_lr <= lr, data_dir for imagefolder...).
+ * Call it after the last cl_config_set. */
+cl_status cl_config_check(const cl_config *c);
+
+/* The fully resolved config, every key, as YAML that loads back equal. */
+cl_status cl_config_format_yaml(const cl_config *c, cl_strbuf *out);
+cl_status cl_config_write_yaml(const cl_config *c, FILE *f);
+/* `--help` text: every key with its type, range, default and meaning. */
+void cl_config_print_help(FILE *f);
+
+/* The first key whose values differ, or NULL when a and b are equal. */
+const char *cl_config_diff(const cl_config *a, const cl_config *b);
+/* One key's value as text (what the YAML writer writes), into buf. */
+cl_status cl_config_get(const cl_config *c, const char *key, char *buf,
+                        size_t n);
+/* The name of value v of enum key `key` ("model", CL_CFG_MODEL_RESNET50 ->
+ * "resnet50"); NULL if key is no enum or v out of range. */
+const char *cl_config_enum_name(const char *key, int v);
+/* Number of keys, and key i's name (for tools listing them). */
+int cl_config_key_count(void);
+const char *cl_config_key_name(int i);
+
+#endif
