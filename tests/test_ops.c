@@ -15,17 +15,19 @@
 /* Finite-difference settings.  The kernels are f32; the probe loss
  * L = <y, r> is summed in double, and a perturbation changes only the
  * outputs that depend on the element, so the rounding noise of a difference
- * quotient is ~1e-6 for the linear ops.  A wrong gradient (a dropped term,
+ * quotient is 1e-5..2e-4 for the linear ops.  A wrong gradient (a dropped term,
  * a wrong index) is off by O(0.1..1) on gradients of size O(1).
  *   linear ops (conv, linear, pools, relu, add): h 1e-2, exact up to
- *   rounding since they are piecewise linear: rtol 1e-3, atol 1e-4.
+ *   rounding since they are piecewise linear (worst observed: 0.55 of
+ *   rtol 1e-3 + atol 1e-4 on the 7x7 stem, so atol 2e-4 for margin):
+ *   rtol 1e-3, atol 2e-4.
  *   batchnorm: h 1e-2 (truncation ~h^2 |L'''|, noise grows with the channel
  *   count; observed errors ~2e-5): rtol 2e-3, atol 2e-4.
  *   softmax CE (the f32 returned loss itself, gradients ~1/N; observed
  *   errors ~5e-6): h 1e-2, rtol 2e-3, atol 5e-5. */
 #define LIN_H 1e-2f
 #define LIN_RTOL 1e-3
-#define LIN_ATOL 1e-4
+#define LIN_ATOL 2e-4
 #define BN_H 1e-2f
 #define BN_RTOL 2e-3
 #define BN_ATOL 2e-4
@@ -33,7 +35,7 @@
 #define CE_RTOL 2e-3
 #define CE_ATOL 5e-5
 /* Elements checked per tensor at most (all of them when fewer). */
-#define FD_MAX 96
+#define FD_MAX 256
 
 /* ---- test-local buffers, all freed by free_all() ------------------------ */
 static void *g_bufs[1024];
@@ -250,6 +252,29 @@ static cl_conv2d_attr conv_attr(int in, int out, int kh, int kw, int sh, int sw,
     return a;
 }
 
+/* Whether any output of a conv reads an input element (with a large
+ * padding and stride every tap may land in the padding: the gradients are
+ * then identically zero and there is nothing to check). */
+static int conv_reads_input(const cl_conv2d_attr *a, int H, int W)
+{
+    cl_conv2d_attr one = *a;
+    one.has_bias = 0;
+    cl_shape xs = cl_shape_4d(1, a->in_ch, H, W), ys;
+    if (cl_conv2d_infer(&one, &xs, &ys) != CL_OK)
+        return 0;
+    const int64_t nx = cl_shape_numel(&xs), ny = cl_shape_numel(&ys);
+    const int64_t nw =
+        (int64_t)a->out_ch * (a->in_ch / a->groups) * a->kh * a->kw;
+    float *x = newf(nx), *w = newf(nw), *y = newf(ny);
+    fill(x, nx, 1.0f);
+    fill(w, nw, 1.0f);
+    cl_conv2d_forward(y, x, w, NULL, 1, H, W, &one);
+    int any = 0;
+    for (int64_t i = 0; i < ny; i++)
+        any |= y[i] != 0.0f;
+    return any;
+}
+
 CL_TEST(conv2d_grad_fd)
 {
     cl_rng rng;
@@ -276,7 +301,7 @@ CL_TEST(conv2d_grad_fd)
     check_conv(&a, 2, 6, 8, &rng);
     /* Random configurations (the infer rule discards impossible ones). */
     int done = 0;
-    while (done < 8) {
+    while (done < 16) {
         int g = 1 + (int)cl_rng_below(&rng, 2);
         int in = g * (1 + (int)cl_rng_below(&rng, 3));
         int out = g * (1 + (int)cl_rng_below(&rng, 3));
@@ -291,7 +316,8 @@ CL_TEST(conv2d_grad_fd)
         int H = 1 + (int)cl_rng_below(&rng, 9);
         int W = 1 + (int)cl_rng_below(&rng, 9);
         cl_shape xs = cl_shape_4d(N, in, H, W), ys;
-        if (cl_conv2d_infer(&a, &xs, &ys) != CL_OK)
+        if (cl_conv2d_infer(&a, &xs, &ys) != CL_OK ||
+            !conv_reads_input(&a, H, W))
             continue;
         check_conv(&a, N, H, W, &rng);
         done++;
