@@ -81,8 +81,8 @@ static void expect_ranks_pass(const char *name)
     /* Each rank's harness prints its own summary: both must have run. */
     CHECK(out && count(out, "1 passed, 0 failed") == 2);
     if (cl_test_failed() && out)
-        fprintf(stderr, "---- mpirun output (%.1f s, rc %d) ----\n%s", secs,
-                rc, out);
+        fprintf(stderr, "---- mpirun output (%.1f s, rc %d) ----\n%s", secs, rc,
+                out);
     free(out);
 }
 
@@ -147,7 +147,8 @@ static int check_mean(const float *g, size_t n, const cl_dist_segment *segs,
     return bad;
 }
 
-/* ---- single process (no mpirun) ------------------------------------------- */
+/* ---- single process (no mpirun) -------------------------------------------
+ */
 
 CL_TEST(single_process)
 {
@@ -258,15 +259,14 @@ CL_TEST(bucket_plan)
         }
         for (int k = 0; k < NT; k++)
             CHECK(covered[k] == 1);
-        CHECK_ERR(cl_dist_grad_sync_bucket(s, nb, &(size_t){0},
-                                           &(size_t){0}, &(int){0}),
+        CHECK_ERR(cl_dist_grad_sync_bucket(s, nb, &(size_t){0}, &(size_t){0},
+                                           &(int){0}),
                   CL_ERR_ARG, "bucket");
         cl_dist_grad_sync_free(s);
     }
     /* Backward order that jumps around the arena: buckets never bridge
      * tensors that are not neighbours in it. */
-    cl_dist_segment mixed[NT] = {segs[2], segs[0], segs[4], segs[1],
-                                 segs[3]};
+    cl_dist_segment mixed[NT] = {segs[2], segs[0], segs[4], segs[1], segs[3]};
     cl_dist_sync_opts big = {CL_DIST_SYNC_OVERLAP, 25.0};
     cl_dist_grad_sync *s = NULL;
     REQUIRE_OK(cl_dist_grad_sync_create(&s, &d, g, n, mixed, NT, &big));
@@ -311,10 +311,10 @@ CL_TEST(bad_segments)
     CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, empty, 1, NULL),
               CL_ERR_ARG, "empty");
     cl_dist_segment neg[1] = {{-1, 0, 4}};
-    CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, neg, 1, NULL),
-              CL_ERR_ARG, "tensor id -1");
-    CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, neg, 0, NULL),
-              CL_ERR_ARG, "no parameter");
+    CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, neg, 1, NULL), CL_ERR_ARG,
+              "tensor id -1");
+    CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, neg, 0, NULL), CL_ERR_ARG,
+              "no parameter");
     cl_dist_segment ok[1] = {{1, 0, 4}};
     cl_dist_sync_opts o = {CL_DIST_SYNC_OVERLAP, 0};
     CHECK_ERR(cl_dist_grad_sync_create(&s, &d, g, 64, ok, 1, &o), CL_ERR_ARG,
@@ -362,7 +362,82 @@ CL_TEST(ready_errors)
     cl_dist_finalize(&d);
 }
 
-/* ---- two ranks ------------------------------------------------------------ */
+/* A small real graph: conv(bias) -> bn -> relu -> gap -> fc. */
+static cl_status tiny_graph(cl_graph *g)
+{
+    int x, y;
+    CL_TRY(cl_graph_init(g, 2));
+    CL_TRY(cl_graph_input(g, 3, 8, 8, &x));
+    cl_conv2d_attr c = {3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &c, &y));
+    cl_batchnorm2d_attr b = cl_batchnorm2d_attr_make(4);
+    CL_TRY(cl_graph_batchnorm2d(g, "bn1", y, &b, &y));
+    CL_TRY(cl_graph_relu(g, "relu", y, &y));
+    CL_TRY(cl_graph_global_avgpool(g, "avgpool", y, &y));
+    cl_linear_attr l = {4, 10, 1};
+    CL_TRY(cl_graph_linear(g, "fc", y, &l, &y));
+    cl_softmax_ce_attr s = {10, 0};
+    CL_TRY(cl_graph_softmax_ce(g, y, &s, 0));
+    return cl_graph_finalize(g);
+}
+
+CL_TEST(graph_plan)
+{
+    cl_dist d;
+    REQUIRE_OK(cl_dist_init(&d, NULL, NULL));
+    cl_graph g;
+    memset(&g, 0, sizeof g);
+    cl_dist_grad_sync *s = NULL;
+    CHECK_ERR(cl_dist_grad_sync_create_graph(&s, &d, &g, NULL), CL_ERR_ARG,
+              "not finalized");
+    CHECK_ERR(cl_dist_broadcast_graph(&d, &g, 0), CL_ERR_ARG, "not finalized");
+    cl_status st = tiny_graph(&g);
+    CHECK_OK(st);
+    if (st != CL_OK) {
+        cl_graph_free(&g);
+        return;
+    }
+    int n_params = 0;
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int i = 0; i < g.n_tensors; i++) {
+        const cl_gtensor *t = &g.tensors[i];
+        if (t->kind != CL_GT_PARAM)
+            continue;
+        n_params++;
+        size_t e = t->offset + (size_t)cl_shape_numel(&t->shape);
+        lo = t->offset < lo ? t->offset : lo;
+        hi = e > hi ? e : hi;
+    }
+    CHECK(n_params == 6); /* conv w, b; bn gamma, beta; fc w, b */
+    /* Default 25 MiB: one bucket spanning the whole arena. */
+    CHECK_OK(cl_dist_grad_sync_create_graph(&s, &d, &g, NULL));
+    if (s) {
+        size_t off = 0, len = 0;
+        int nt = 0;
+        CHECK(cl_dist_grad_sync_n_buckets(s) == 1);
+        CHECK_OK(cl_dist_grad_sync_bucket(s, 0, &off, &len, &nt));
+        CHECK(nt == n_params && off == lo && off + len == hi);
+        cl_dist_grad_sync_free(s);
+        s = NULL;
+    }
+    /* Tiny buckets: one per tensor, first the last tensor of forward. */
+    cl_dist_sync_opts o = {CL_DIST_SYNC_OVERLAP, 1e-9};
+    CHECK_OK(cl_dist_grad_sync_create_graph(&s, &d, &g, &o));
+    if (s) {
+        size_t off = 0, len = 0;
+        int nt = 0;
+        CHECK(cl_dist_grad_sync_n_buckets(s) == n_params);
+        CHECK_OK(cl_dist_grad_sync_bucket(s, 0, &off, &len, &nt));
+        CHECK(off + len == hi);
+        cl_dist_grad_sync_free(s);
+    }
+    CHECK_OK(cl_dist_broadcast_graph(&d, &g, 0));
+    cl_graph_free(&g);
+    cl_dist_finalize(&d);
+}
+
+/* ---- two ranks ------------------------------------------------------------
+ */
 
 static int join(cl_dist *d)
 {
@@ -557,7 +632,8 @@ CL_TEST(all_ok_propagates)
     cl_dist_finalize(&d);
 }
 
-/* ---- failures end the job -------------------------------------------------- */
+/* ---- failures end the job --------------------------------------------------
+ */
 
 /* Rank 1 dies (how) while rank 0 waits in a collective with no watchdog;
  * the parent expects mpirun to end the job, non-zero, within 30 s. */

@@ -126,8 +126,8 @@ cl_status cl_dist_grad_sync_create(cl_dist_grad_sync **out, cl_dist *d,
                                    const cl_dist_sync_opts *opts);
 /* The same for every CL_GT_PARAM tensor of a finalized graph, in reverse
  * tensor order (which is reverse arena order, so buckets are contiguous). */
-cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out,
-                                         cl_dist *d, cl_graph *g,
+cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out, cl_dist *d,
+                                         cl_graph *g,
                                          const cl_dist_sync_opts *opts);
 void cl_dist_grad_sync_free(cl_dist_grad_sync *s);
 
@@ -142,7 +142,9 @@ void cl_dist_grad_ready(void *sync, int tensor);
 /* After backward: launches what is left (tensors never reported are taken
  * as ready now, so a backend without the hook still works), waits for all
  * buckets (watchdog d->timeout_s), divides by the world size (the mean of
- * the ranks' gradients) and resets for the next step. */
+ * the ranks' gradients) and resets for the next step.  A failure leaves
+ * the ranks out of step (some collectives posted here, not there): the
+ * CLI then calls cl_dist_abort, never cl_dist_finalize. */
 cl_status cl_dist_grad_wait(cl_dist_grad_sync *s);
 
 /* The SyncBN hook (ctx = the cl_dist_grad_sync): cl_dist_allreduce_sum_f64
@@ -158,8 +160,7 @@ int cl_dist_grad_sync_n_buckets(const cl_dist_grad_sync *s);
 /* Bucket i: arena range [*offset, *offset + *n) and its tensor count.
  * CL_ERR_ARG if i is out of range. */
 cl_status cl_dist_grad_sync_bucket(const cl_dist_grad_sync *s, int i,
-                                   size_t *offset, size_t *n,
-                                   int *n_tensors);
+                                   size_t *offset, size_t *n, int *n_tensors);
 
 typedef struct cl_dist_sync_stats {
     int64_t steps;       /* completed grad_wait calls */

@@ -10,8 +10,7 @@
 cl_status cl__dist_mpi_error(const cl_dist *d, int rc, const char *what);
 /* Waits for r[0..n) to complete, polling with MPI_Testall so that a peer
  * that never arrives is noticed after d->timeout_s (Open MPI has no
- * timeout on collectives).  Spins first, then yields, then naps, so a
- * long wait does not steal a core from the ranks still computing. */
+ * timeout on collectives).  Spins, then spins yielding the core. */
 cl_status cl__dist_wait(const cl_dist *d, MPI_Request *r, int n,
                         const char *what);
 #endif

@@ -106,8 +106,7 @@ static cl_status plan(cl_dist_grad_sync *s, int *sorted, int *pos)
             return cl_error(CL_ERR_ARG,
                             "grad sync: segment %d (tensor %d) [%zu, +%zu) "
                             "lies outside the arena of %zu floats",
-                            i, g[i].tensor, g[i].offset, g[i].n,
-                            s->n_floats);
+                            i, g[i].tensor, g[i].offset, g[i].n, s->n_floats);
         s->keys[i].tensor = g[i].tensor;
         s->keys[i].seg = i;
     }
@@ -215,8 +214,9 @@ cl_status cl_dist_grad_sync_create(cl_dist_grad_sync **out, cl_dist *d,
     *out = NULL;
     cl_dist_sync_opts o = opts ? *opts : cl_dist_sync_opts_default();
     if (o.mode != CL_DIST_SYNC_OVERLAP && o.mode != CL_DIST_SYNC_BLOCKING)
-        return cl_error(CL_ERR_ARG, "grad sync: mode %d is not overlap (0) "
-                                    "or blocking (1)",
+        return cl_error(CL_ERR_ARG,
+                        "grad sync: mode %d is not overlap (0) "
+                        "or blocking (1)",
                         (int)o.mode);
     if (!(o.bucket_mb > 0 && o.bucket_mb <= 1e6))
         return cl_error(CL_ERR_ARG,
@@ -256,8 +256,8 @@ cl_status cl_dist_grad_sync_create(cl_dist_grad_sync **out, cl_dist *d,
     s->runs = cl_alloc_zero(b4, "grad sync runs");
     sorted = cl_alloc(b3, "grad sync scratch");
     pos = cl_alloc(b3, "grad sync scratch");
-    if (!s->segs || !s->keys || !s->bucket_of_seg || !s->ready ||
-        !s->buckets || !s->runs || !sorted || !pos) {
+    if (!s->segs || !s->keys || !s->bucket_of_seg || !s->ready || !s->buckets ||
+        !s->runs || !sorted || !pos) {
         st = CL_ERR_NOMEM;
         goto fail;
     }
@@ -267,8 +267,8 @@ cl_status cl_dist_grad_sync_create(cl_dist_grad_sync **out, cl_dist *d,
 #ifdef CL_HAVE_MPI
     if (d->active) {
         size_t nreq;
-        if ((st = cl_mul_size((size_t)s->st.n_collectives,
-                              sizeof(MPI_Request), &nreq, "grad sync")))
+        if ((st = cl_mul_size((size_t)s->st.n_collectives, sizeof(MPI_Request),
+                              &nreq, "grad sync")))
             goto fail;
         s->req = cl_alloc(nreq, "grad sync requests");
         if (!s->req) {
@@ -295,8 +295,8 @@ fail:
     return st;
 }
 
-cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out,
-                                         cl_dist *d, cl_graph *g,
+cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out, cl_dist *d,
+                                         cl_graph *g,
                                          const cl_dist_sync_opts *opts)
 {
     *out = NULL;
@@ -308,8 +308,8 @@ cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out,
     if (n == 0)
         return cl_error(CL_ERR_ARG, "grad sync: graph has no parameters");
     size_t bytes;
-    CL_TRY(cl_mul_size((size_t)n, sizeof(cl_dist_segment), &bytes,
-                       "grad sync"));
+    CL_TRY(
+        cl_mul_size((size_t)n, sizeof(cl_dist_segment), &bytes, "grad sync"));
     cl_dist_segment *segs = cl_alloc(bytes, "grad sync segments");
     if (!segs)
         return CL_ERR_NOMEM;
@@ -323,8 +323,8 @@ cl_status cl_dist_grad_sync_create_graph(cl_dist_grad_sync **out,
         segs[k].n = (size_t)cl_shape_numel(&t->shape);
         k++;
     }
-    cl_status st = cl_dist_grad_sync_create(out, d, g->grads,
-                                            g->n_param_floats, segs, n, opts);
+    cl_status st = cl_dist_grad_sync_create(out, d, g->grads, g->n_param_floats,
+                                            segs, n, opts);
     cl_free(segs);
     return st;
 }
@@ -377,9 +377,8 @@ static cl_status launch(cl_dist_grad_sync *s, const range *r)
     for (int j = 0; j < r->n_req; j++) {
         size_t a = r->lo + (size_t)j * s->chunk;
         size_t c = r->hi - a < s->chunk ? r->hi - a : s->chunk;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)c,
-                                MPI_FLOAT, MPI_SUM, s->comm,
-                                &s->req[r->first_req + j]);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)c, MPI_FLOAT,
+                                MPI_SUM, s->comm, &s->req[r->first_req + j]);
         if (rc != MPI_SUCCESS)
             return cl__dist_mpi_error(s->d, rc, "grad allreduce");
     }
@@ -493,8 +492,7 @@ static cl_status wait_blocking(cl_dist_grad_sync *s)
         return CL_OK;
     for (int i = 0; i < s->n_runs; i++)
         CL_TRY(launch(s, &s->runs[i]));
-    CL_TRY(cl__dist_wait(s->d, s->req, s->st.n_collectives,
-                         "grad allreduce"));
+    CL_TRY(cl__dist_wait(s->d, s->req, s->st.n_collectives, "grad allreduce"));
     for (int i = 0; i < s->n_runs; i++)
         scale(s, &s->runs[i]);
 #else
