@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "io/atomic.h"
 #include "io/json.h"
+#include "io/jsonl.h"
 #include "io/safetensors.h"
 #include "io/strbuf.h"
 
@@ -626,4 +627,95 @@ CL_TEST(st_rejects_hostile_headers)
             cl_st_close(f);
     }
     free(all);
+}
+
+/* ---- JSONL metrics ---- */
+
+static void write_record(cl_jsonl *j, int64_t step, double loss)
+{
+    cl_jsonl_begin(j);
+    cl_jsonl_str(j, "event", "train");
+    cl_jsonl_int(j, "step", step);
+    cl_jsonl_num(j, "loss", loss);
+    cl_jsonl_bool(j, "final", step == 3);
+}
+
+CL_TEST(jsonl_lines_parse_back)
+{
+    const char *path = cl_test_path("metrics.jsonl");
+    cl_jsonl j;
+    REQUIRE_OK(cl_jsonl_open(&j, path, 0));
+    write_record(&j, 1, 2.302585092994046);
+    CHECK_OK(cl_jsonl_end(&j));
+    write_record(&j, 2, NAN);
+    cl_jsonl_num(&j, "lr", INFINITY);
+    cl_jsonl_str(&j, "note \"q\"", "tab\tnl\n\xc3\xa9");
+    CHECK_OK(cl_jsonl_end(&j));
+    CHECK_OK(cl_jsonl_close(&j));
+    /* Resume appends; a fresh run truncates. */
+    REQUIRE_OK(cl_jsonl_open(&j, path, 1));
+    write_record(&j, 3, -0.5);
+    cl_jsonl_int(&j, "min", INT64_MIN);
+    CHECK_OK(cl_jsonl_end(&j));
+    CHECK_OK(cl_jsonl_close(&j));
+    CHECK_OK(cl_jsonl_close(&j)); /* twice is harmless */
+
+    size_t n;
+    char *text = read_all(path, &n);
+    REQUIRE(text);
+    int lines = 0;
+    char *p = text;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        REQUIRE(nl);
+        cl_json_doc *d;
+        REQUIRE_OK(cl_json_parse(&d, p, (size_t)(nl - p), NULL, "line"));
+        const cl_json *r = cl_json_root(d);
+        CHECK(r->type == CL_JSON_OBJ);
+        CHECK(strcmp(cl_json_get(r, "event")->str, "train") == 0);
+        const cl_json *step = cl_json_get(r, "step");
+        CHECK(step && step->is_int && step->i == lines + 1);
+        const cl_json *loss = cl_json_get(r, "loss");
+        const cl_json *fin = cl_json_get(r, "final");
+        CHECK(fin && fin->type == CL_JSON_BOOL && fin->boolean == (lines == 2));
+        if (lines == 0)
+            CHECK(loss->type == CL_JSON_NUM && loss->num == 2.302585092994046);
+        if (lines == 1) {
+            CHECK(loss->type == CL_JSON_NULL);
+            CHECK(cl_json_get(r, "lr")->type == CL_JSON_NULL);
+            const cl_json *note = cl_json_get(r, "note \"q\"");
+            CHECK(note && strcmp(note->str, "tab\tnl\n\xc3\xa9") == 0);
+        }
+        if (lines == 2) {
+            CHECK(loss->num == -0.5);
+            CHECK(cl_json_get(r, "min")->i == INT64_MIN);
+        }
+        cl_json_free(d);
+        lines++;
+        p = nl + 1;
+    }
+    CHECK(lines == 3);
+    free(text);
+
+    REQUIRE_OK(cl_jsonl_open(&j, path, 0));
+    CHECK_OK(cl_jsonl_close(&j));
+    text = read_all(path, &n);
+    CHECK(text && n == 0);
+    free(text);
+}
+
+CL_TEST(jsonl_write_errors)
+{
+    cl_jsonl j;
+    CHECK_ERR(cl_jsonl_open(&j, cl_test_path("no/dir/m.jsonl"), 1), CL_ERR_IO,
+              "m.jsonl: cannot open for writing");
+    /* /dev/full accepts the open and fails every write with ENOSPC. */
+    REQUIRE_OK(cl_jsonl_open(&j, "/dev/full", 1));
+    write_record(&j, 1, 1.0);
+    CHECK_ERR(cl_jsonl_end(&j), CL_ERR_IO,
+              "/dev/full: cannot append a metrics line: disk full");
+    cl_jsonl_close(&j);
+    cl_jsonl zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK_OK(cl_jsonl_close(&zero));
 }
