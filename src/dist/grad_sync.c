@@ -349,17 +349,18 @@ void cl_dist_grad_sync_free(cl_dist_grad_sync *s)
     cl_free(s);
 }
 
-static int active(const cl_dist_grad_sync *s)
-{
-    return s->d->active && s->d->size > 1;
-}
-
 static void keep_error(cl_dist_grad_sync *s, cl_status st)
 {
     if (s->err != CL_OK)
         return;
     s->err = st;
     snprintf(s->err_msg, sizeof s->err_msg, "%s", cl_last_error());
+}
+
+#ifdef CL_HAVE_MPI
+static int active(const cl_dist_grad_sync *s)
+{
+    return s->d->active && s->d->size > 1;
 }
 
 static void scale(cl_dist_grad_sync *s, const range *r)
@@ -371,7 +372,6 @@ static void scale(cl_dist_grad_sync *s, const range *r)
         p[i] *= k;
 }
 
-#ifdef CL_HAVE_MPI
 static cl_status launch(cl_dist_grad_sync *s, const range *r)
 {
     for (int j = 0; j < r->n_req; j++) {
