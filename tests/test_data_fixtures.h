@@ -9,7 +9,7 @@
 #include <string.h>
 #include <zlib.h>
 
-static void fx_be32(uint8_t *p, uint32_t v)
+static inline void fx_be32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24);
     p[1] = (uint8_t)(v >> 16);
@@ -18,7 +18,7 @@ static void fx_be32(uint8_t *p, uint32_t v)
 }
 
 /* Writes bytes to path, gzip-compressed when gz. Returns 0 on success. */
-static int fx_write(const char *path, const void *data, size_t n, int gz)
+static inline int fx_write(const char *path, const void *data, size_t n, int gz)
 {
     if (gz) {
         gzFile f = gzopen(path, "wb");
@@ -35,15 +35,15 @@ static int fx_write(const char *path, const void *data, size_t n, int gz)
 }
 
 /* The pixel value of image i at (y, x) in the IDX fixtures. */
-static uint8_t fx_pix(int i, int y, int x)
+static inline uint8_t fx_pix(int i, int y, int x)
 {
     return (uint8_t)(i * 7 + y * 13 + x * 3);
 }
 
 /* IDX images file: n images of rows x cols; `extra` trailing bytes, `cut`
  * bytes removed from the end, magic overridable (0 = the right one). */
-static int fx_idx_images(const char *path, int n, int rows, int cols, int gz,
-                         int extra, int cut, uint32_t magic)
+static inline int fx_idx_images(const char *path, int n, int rows, int cols,
+                                int gz, int extra, int cut, uint32_t magic)
 {
     size_t sz = 16 + (size_t)n * rows * cols + (size_t)extra;
     uint8_t *b = calloc(sz, 1);
@@ -63,13 +63,13 @@ static int fx_idx_images(const char *path, int n, int rows, int cols, int gz,
 }
 
 /* Label of sample i in the fixtures. */
-static int fx_label(int i, int classes)
+static inline int fx_label(int i, int classes)
 {
     return (i * 3 + 1) % classes;
 }
 
-static int fx_idx_labels(const char *path, int n, int classes, int gz,
-                         int bad_at)
+static inline int fx_idx_labels(const char *path, int n, int classes, int gz,
+                                int bad_at)
 {
     size_t sz = 8 + (size_t)n;
     uint8_t *b = calloc(sz, 1);

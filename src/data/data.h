@@ -21,7 +21,9 @@
 typedef struct cl_image {
     uint8_t *data; /* data: (h, w, c) */
     int h, w, c;
-    size_t cap; /* bytes allocated at data */
+    size_t cap;   /* bytes allocated at data */
+    uint8_t *raw; /* the encoded file last read (reused buffer) */
+    size_t raw_cap;
 } cl_image;
 
 /* Makes room for h*w*c bytes and sets the dims; contents undefined. */
@@ -211,6 +213,8 @@ typedef struct cl_loader_opts {
      * with probability 1/2.  Either alpha > 0 turns on soft targets. */
     float mixup_alpha, cutmix_alpha, mix_prob;
     int num_classes; /* K of the soft targets (default: dataset's) */
+    /* > 0: use only dataset samples [0, limit) (quick runs, smoke tests). */
+    int64_t limit;
 } cl_loader_opts;
 
 typedef struct cl_batch {

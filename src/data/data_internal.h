@@ -39,6 +39,25 @@ cl_status cl__gz_read_n(gzFile f, const char *name, size_t n, uint8_t **out,
 /* Bytes left in the stream after the current position (up to limit). */
 size_t cl__gz_count_rest(gzFile f, size_t limit);
 
+/* A minimal ustar/GNU tar reader over a (gzip-compressed or plain) stream:
+ * regular-file members in archive order, everything else skipped. */
+typedef struct cl__tar {
+    gzFile f;
+    const char *path;
+    uint64_t off;    /* stream offset of the next header */
+    char name[1024]; /* current member's path */
+    uint64_t size;   /* current member's size */
+    int pending;     /* member data not yet consumed */
+} cl__tar;
+
+cl_status cl__tar_open(cl__tar *t, const char *path);
+/* Advances to the next regular file; *more = 0 at the end. */
+cl_status cl__tar_next(cl__tar *t, int *more);
+/* Reads the current member (size <= max_bytes) into a new buffer. */
+cl_status cl__tar_read(cl__tar *t, size_t max_bytes, uint8_t **buf,
+                       size_t *len);
+void cl__tar_close(cl__tar *t);
+
 /* Readers, each filling a zeroed cl_dataset. */
 cl_status cl__idx_open(cl_dataset *ds, const cl_dataset_spec *spec,
                        int fashion);

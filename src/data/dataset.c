@@ -54,7 +54,7 @@ cl_status cl__path_join(char *out, size_t cap, const char *a, const char *b)
 cl_status cl__gz_read_n(gzFile f, const char *name, size_t n, uint8_t **out,
                         size_t *got)
 {
-    size_t cap = n < ((size_t)64 << 20) ? n : ((size_t)64 << 20);
+    size_t cap = n < ((size_t)1 << 20) ? n : ((size_t)1 << 20);
     size_t have = 0;
     uint8_t *buf = cl_alloc(cap, name);
     if (!buf)

@@ -327,6 +327,8 @@ cl_status cl_loader_create(cl_loader **out, const cl_loader_opts *opts)
     ld->hint = cl_transforms_decode_hint(o.tf);
     ld->sample_floats = (size_t)ld->C * ld->H * ld->W;
     ld->n_total = cl_dataset_count(o.dataset);
+    if (o.limit > 0 && o.limit < ld->n_total)
+        ld->n_total = o.limit;
     compute_sizes(ld);
     ld->perm = cl_alloc((size_t)ld->n_total * sizeof(int64_t), "loader "
                                                                "order");
