@@ -719,3 +719,91 @@ CL_TEST(jsonl_write_errors)
     memset(&zero, 0, sizeof zero);
     CHECK_OK(cl_jsonl_close(&zero));
 }
+
+/* Random byte edits of a valid file's header, with a fixed seed: every
+ * result is a clean accept or a clean refusal (run under the sanitizer
+ * build this is a small fuzzer). */
+CL_TEST(st_mutated_headers_fail_cleanly)
+{
+    const char *good = cl_test_path("m.safetensors");
+    int64_t d23[2] = {2, 3}, d4[1] = {4};
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t h[4] = {1, 2, 3, 4};
+    cl_st_writer *w;
+    REQUIRE_OK(cl_st_writer_new(&w));
+    CHECK_OK(cl_st_writer_add(w, "a", CL_ST_F32, cl_shape_make(2, d23), a));
+    CHECK_OK(cl_st_writer_add(w, "b", CL_ST_BF16, cl_shape_make(1, d4), h));
+    CHECK_OK(cl_st_writer_meta(w, "arch", "resnet50"));
+    REQUIRE_OK(cl_st_writer_save(w, good));
+    cl_st_writer_free(w);
+    size_t n;
+    char *orig = read_all(good, &n);
+    REQUIRE(orig);
+    const char *path = cl_test_path("mut.safetensors");
+    static const char alphabet[] = "{}[],:\"\\0123456789-eE. abFUI_";
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int accepted = 0;
+    for (int it = 0; it < 3000; it++) {
+        char *b = malloc(n);
+        REQUIRE(b);
+        memcpy(b, orig, n);
+        int edits = 1 + it % 3;
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            /* Mostly the JSON, sometimes the length field. */
+            size_t at = (x >> 8) % 50 == 0 ? (x >> 16) % 8
+                                           : 8 + (x >> 16) % (n - 8 - 32);
+            b[at] = (x >> 40) % 4 == 0
+                        ? (char)(x >> 48)
+                        : alphabet[(x >> 48) % (sizeof alphabet - 1)];
+        }
+        REQUIRE(write_bytes(path, b, n));
+        free(b);
+        cl_st_file *f = NULL;
+        cl_status s = cl_st_open(&f, path);
+        CHECK(s == CL_OK || s == CL_ERR_FORMAT || s == CL_ERR_LIMIT);
+        CHECK((s == CL_OK) == (f != NULL));
+        if (s != CL_OK)
+            CHECK(strstr(cl_last_error(), "mut.safetensors: ") != NULL);
+        if (f) {
+            accepted++;
+            /* Whatever was accepted is readable within bounds. */
+            for (size_t i = 0; i < cl_st_count(f); i++) {
+                size_t nb;
+                const unsigned char *p = cl_st_data(f, i, &nb);
+                unsigned sum = 0;
+                for (size_t k = 0; k < nb; k++)
+                    sum += p[k];
+                (void)sum;
+            }
+            cl_st_close(f);
+        }
+    }
+    free(orig);
+    CHECK(accepted < 3000);
+}
+
+CL_TEST(json_mutations_fail_cleanly)
+{
+    const char *src =
+        "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u00e9\\n\"}],"
+        " \"c\": {\"d\": [[], {}], \"e\": \"x\"}}";
+    size_t n = strlen(src);
+    char *b = malloc(n);
+    REQUIRE(b);
+    uint64_t x = 88172645463325252ull;
+    for (int it = 0; it < 5000; it++) {
+        memcpy(b, src, n);
+        for (int e = 0; e < 1 + it % 4; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[(x >> 8) % n] = (char)(x >> 32);
+        }
+        size_t len = it % 7 == 0 ? (size_t)(x >> 20) % n : n;
+        cl_json_doc *d = NULL;
+        cl_status s = cl_json_parse(&d, b, len, NULL, "m");
+        CHECK(s == CL_OK || s == CL_ERR_FORMAT);
+        CHECK((s == CL_OK) == (d != NULL));
+        cl_json_free(d);
+    }
+    free(b);
+}
