@@ -22,7 +22,8 @@
  *   rtol 1e-3 + atol 1e-4 on the 7x7 stem, so atol 2e-4 for margin):
  *   rtol 1e-3, atol 2e-4.
  *   batchnorm: h 1e-2 (truncation ~h^2 |L'''|, noise grows with the channel
- *   count; observed errors ~2e-5): rtol 2e-3, atol 2e-4.
+ *   count; observed errors ~2e-5 on 10-element channels, ~1.5e-4 on
+ *   64-element ones): rtol 2e-3, atol 5e-4.
  *   softmax CE (the f32 returned loss itself, gradients ~1/N; observed
  *   errors ~5e-6): h 1e-2, rtol 2e-3, atol 5e-5. */
 #define LIN_H 1e-2f
@@ -30,7 +31,7 @@
 #define LIN_ATOL 2e-4
 #define BN_H 1e-2f
 #define BN_RTOL 2e-3
-#define BN_ATOL 2e-4
+#define BN_ATOL 5e-4
 #define CE_H 1e-2f
 #define CE_RTOL 2e-3
 #define CE_ATOL 5e-5
@@ -299,6 +300,9 @@ CL_TEST(conv2d_grad_fd)
     check_conv(&a, 1, 11, 9, &rng);
     a = conv_attr(4, 4, 2, 3, 2, 1, 1, 0, 1, 2, 2, 1);
     check_conv(&a, 2, 6, 8, &rng);
+    /* Large enough (> CL_OPS_PAR_MIN multiply-adds) for the threaded path. */
+    a = conv_attr(8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1);
+    check_conv(&a, 2, 12, 12, &rng);
     /* Random configurations (the infer rule discards impossible ones). */
     int done = 0;
     while (done < 16) {
@@ -534,6 +538,7 @@ CL_TEST(batchnorm2d_grad_fd)
     check_bn(1, 2, 7, &rng); /* batch 1: statistics over the plane */
     check_bn(5, 2, 1, &rng); /* 1x1 planes: statistics over the batch */
     check_bn(3, 4, 9, &rng);
+    check_bn(4, 512, 16, &rng); /* the threaded path */
     free_all();
 }
 
@@ -726,6 +731,8 @@ CL_TEST(maxpool2d_grad_fd)
     check_pool((cl_maxpool2d_attr){3, 3, 1, 1, 1, 1}, 2, 2, 5, 5, &rng);
     check_pool((cl_maxpool2d_attr){2, 3, 1, 2, 1, 1}, 1, 3, 5, 8, &rng);
     check_pool((cl_maxpool2d_attr){3, 3, 2, 2, 1, 1}, 1, 1, 1, 1, &rng);
+    /* the threaded path */
+    check_pool((cl_maxpool2d_attr){3, 3, 2, 2, 1, 1}, 2, 8, 32, 32, &rng);
     free_all();
 }
 

@@ -2,10 +2,11 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/ops_internal.h"
 
 void cl_add_forward(float *y, const float *a, const float *b, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CL_OPS_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
 }

@@ -51,7 +51,7 @@ void cl_batchnorm2d_forward_train(float *y, float *mean, float *invstd,
     const int64_t cnt = (int64_t)N * HW;
     /* Channels are independent: one per iteration.  The statistics are
      * summed in double (two passes) since they are the oracle's weak spot. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cnt * C >= CL_OPS_PAR_MIN)
     for (int c = 0; c < C; c++) {
         double s = 0.0;
         for (int n = 0; n < N; n++) {
@@ -98,7 +98,8 @@ void cl_batchnorm2d_forward_infer(float *y, const float *x, const float *gamma,
                                   const float *running_var, int N, int C,
                                   int HW, const cl_batchnorm2d_attr *a)
 {
-#pragma omp parallel for schedule(static)
+    const int64_t work = (int64_t)N * C * HW;
+#pragma omp parallel for schedule(static) if (work >= CL_OPS_PAR_MIN)
     for (int c = 0; c < C; c++) {
         const float is = 1.0f / sqrtf(running_var[c] + a->eps);
         const float sc = gamma[c] * is, m = running_mean[c], bt = beta[c];
@@ -120,7 +121,7 @@ void cl_batchnorm2d_backward(float *dx, float *dgamma, float *dbeta,
     /* With xhat = (x - mean) * invstd and y = gamma * xhat + beta:
      *   dbeta  = sum dy,  dgamma = sum dy * xhat,
      *   dx     = gamma * invstd / cnt * (cnt * dy - dbeta - xhat * dgamma). */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cnt * C >= CL_OPS_PAR_MIN)
     for (int c = 0; c < C; c++) {
         const float m = mean[c], is = invstd[c];
         double sdy = 0.0, sdyx = 0.0;

@@ -116,7 +116,8 @@ void cl_conv2d_forward(float *y, const float *x, const float *w, const float *b,
     const int64_t plane = (int64_t)H * W, oplane = (int64_t)OH * OW;
     const int64_t nout = (int64_t)N * a->out_ch, kk = (int64_t)a->kh * a->kw;
     /* One (sample, output channel) plane per iteration: disjoint writes. */
-#pragma omp parallel for schedule(static)
+    const int64_t macs = nout * oplane * icg * kk;
+#pragma omp parallel for schedule(static) if (macs >= CL_OPS_PAR_MIN)
     for (int64_t no = 0; no < nout; no++) {
         const int n = (int)(no / a->out_ch), oc = (int)(no % a->out_ch);
         const int g = oc / ocg;
@@ -163,10 +164,11 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
     const int icg = a->in_ch / a->groups, ocg = a->out_ch / a->groups;
     const int64_t plane = (int64_t)H * W, oplane = (int64_t)OH * OW;
     const int64_t kk = (int64_t)a->kh * a->kw;
+    const int64_t ny = (int64_t)N * a->out_ch * oplane, macs = ny * icg * kk;
 
     /* db[oc] = sum over n, oh, ow of dy. */
     if (db) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ny >= CL_OPS_PAR_MIN)
         for (int oc = 0; oc < a->out_ch; oc++) {
             float s = 0.0f;
             for (int n = 0; n < N; n++) {
@@ -182,7 +184,7 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
      * with ih = oh*sh - ph + ki*dh, iw likewise; one out channel per
      * iteration owns its slice of dw. */
     if (dw) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (macs >= CL_OPS_PAR_MIN)
         for (int oc = 0; oc < a->out_ch; oc++) {
             const int g = oc / ocg;
             float *dwo = dw + (int64_t)oc * icg * kk; /* (icg,kh,kw) */
@@ -226,7 +228,7 @@ void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
      * iteration owns its slice of dx. */
     if (dx) {
         const int64_t nin = (int64_t)N * a->in_ch;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (macs >= CL_OPS_PAR_MIN)
         for (int64_t ni = 0; ni < nin; ni++) {
             const int n = (int)(ni / a->in_ch), ic = (int)(ni % a->in_ch);
             const int g = ic / icg, icl = ic % icg;

@@ -13,7 +13,7 @@ cl_status cl_global_avgpool_infer(const cl_shape *x, cl_shape *y)
 void cl_global_avgpool_forward(float *y, const float *x, int N, int C, int HW)
 {
     const int64_t planes = (int64_t)N * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (planes * HW >= CL_OPS_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const float *xp = x + p * HW;
         float s = 0.0f;
@@ -29,7 +29,7 @@ void cl_global_avgpool_backward(float *dx, const float *dy, int N, int C,
     if (!dx)
         return;
     const int64_t planes = (int64_t)N * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (planes * HW >= CL_OPS_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const float g = dy[p] / (float)HW;
         float *dxp = dx + p * HW;

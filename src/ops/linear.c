@@ -34,7 +34,7 @@ void cl_linear_forward(float *y, const float *x, const float *w, const float *b,
 {
     const int I = a->in_features, O = a->out_features;
     const int64_t no = (int64_t)N * O;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (no * I >= CL_OPS_PAR_MIN)
     for (int64_t k = 0; k < no; k++) {
         const int n = (int)(k / O), o = (int)(k % O);
         const float *xr = x + (int64_t)n * I, *wr = w + (int64_t)o * I;
@@ -50,9 +50,10 @@ void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
                         const cl_linear_attr *a)
 {
     const int I = a->in_features, O = a->out_features;
+    const int64_t no = (int64_t)N * O;
     /* dx[n,i] = sum_o dy[n,o] w[o,i]: one sample row per iteration. */
     if (dx) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (no * I >= CL_OPS_PAR_MIN)
         for (int n = 0; n < N; n++) {
             float *dxr = dx + (int64_t)n * I;
             for (int i = 0; i < I; i++)
@@ -68,7 +69,7 @@ void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
     /* dw[o,i] = sum_n dy[n,o] x[n,i], db[o] = sum_n dy[n,o]: one output
      * row per iteration. */
     if (dw || db) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (no * I >= CL_OPS_PAR_MIN)
         for (int o = 0; o < O; o++) {
             float *dwr = dw ? dw + (int64_t)o * I : NULL;
             float sb = 0.0f;

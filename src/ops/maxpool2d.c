@@ -84,7 +84,8 @@ void cl_maxpool2d_forward(float *y, int32_t *idx, const float *x, int N, int C,
     out_size(a, H, W, &OH, &OW);
     const int64_t planes = (int64_t)N * C, plane = (int64_t)H * W;
     const int64_t oplane = (int64_t)OH * OW;
-#pragma omp parallel for schedule(static)
+    const int64_t work = planes * oplane * a->kh * a->kw;
+#pragma omp parallel for schedule(static) if (work >= CL_OPS_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const float *xp = x + p * plane;
         for (int oh = 0; oh < OH; oh++)
@@ -108,9 +109,10 @@ void cl_maxpool2d_backward(float *dx, const float *dy, const int32_t *idx,
     out_size(a, H, W, &OH, &OW);
     const int64_t planes = (int64_t)N * C, plane = (int64_t)H * W;
     const int64_t oplane = (int64_t)OH * OW;
+    const int64_t work = planes * oplane * a->kh * a->kw;
     /* Windows overlap when stride < kernel, so each plane accumulates; one
      * plane per iteration keeps the writes disjoint. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (work >= CL_OPS_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
         float *dxp = dx + p * plane;
         for (int64_t i = 0; i < plane; i++)

@@ -12,6 +12,11 @@
  * dimension and every plane must fit in an int. */
 #define CL_OPS_MAX_DIM ((int64_t)INT_MAX)
 
+/* Work (multiply-adds or elements) below which a kernel runs on one
+ * thread: waking the team costs more than such small loops (1x1 maps in a
+ * ResNet's last stage, the finite-difference tests). */
+#define CL_OPS_PAR_MIN ((int64_t)1 << 15)
+
 /* Checks that the element count of s fits in an int64 (CL_ERR_LIMIT
  * naming `what` otherwise), so numel and byte sizes can be computed. */
 static inline cl_status cl__ops_check_numel(const char *op, const char *what,

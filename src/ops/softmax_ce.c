@@ -100,7 +100,7 @@ void cl_softmax_ce_backward(float *dlogits, const float *probs,
         return;
     const int K = a->num_classes;
     const float s = a->label_smoothing, u = s / K, g = scale / (float)N;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)N * K >= CL_OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *p = probs + (int64_t)n * K;
         float *d = dlogits + (int64_t)n * K;
