@@ -260,4 +260,18 @@ double cl_loader_wait_seconds(const cl_loader *ld);
 cl_status cl_loader_epoch_order(const cl_loader *ld, int64_t epoch,
                                 int64_t *out, int64_t *n);
 
+/* -------------------------------------------------------------- inspection */
+
+/* Per-channel mean and std of the pixels (in [0,1]) of the first `limit`
+ * evenly spaced samples (all when limit <= 0).  *channels is the first
+ * image's channel count; other images are converted to it. */
+cl_status cl_data_stats(const cl_dataset *ds, int64_t limit, int *channels,
+                        double mean[3], double std[3]);
+
+/* Writes a PNG grid of n samples (shuffled with seed, epoch 0) after the
+ * transforms `opts` (normalisation is skipped so pixels show), each
+ * scaled to cell x cell and labelled "<label> <class name>". */
+cl_status cl_data_preview(cl_dataset *ds, const cl_transform_opts *opts, int n,
+                          int cell, uint64_t seed, const char *out);
+
 #endif

@@ -268,7 +268,10 @@ cl_status cl__idx_open(cl_dataset *ds, const cl_dataset_spec *spec, int fashion)
         }
         total += parts[k].n;
     }
-    ds->format = "idx";
+    ds->format = fashion ? "fashion_mnist"
+                 : (spec->format && strcmp(spec->format, "mnist") == 0)
+                     ? "mnist"
+                     : "idx";
     ds->h = parts[0].rows;
     ds->w = parts[0].cols;
     ds->c = 1;
