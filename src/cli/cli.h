@@ -12,5 +12,6 @@ typedef struct cl_cli_command {
 int cl_cli_fail(const char *what, int status);
 
 int cl_cmd_check(int argc, char **argv);
+int cl_cmd_data(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
 static const cl_cli_command commands[] = {
     {"check", "print version, oneDNN version, CPU ISA, threads, MPI",
      cl_cmd_check},
+    {"data", "dataset info, stats (mean/std), preview grid", cl_cmd_data},
 };
 
 static void usage(FILE *f)
