@@ -1,0 +1,605 @@
+/* The oneDNN backend held against the reference backend: per-op graphs
+ * forward and gradients, ResNet-18 logits / loss / every gradient / running
+ * statistics after one step, a 3-step SGD loss curve, and the inference
+ * plan (BN folded into conv) against the training plan's eval forward.
+ *
+ * Tolerances are relative to the reference's largest magnitude:
+ * max|a - b| / max|b|.  Per-op graphs 1e-4 (forward) and 2e-4 (gradients);
+ * ResNet-18 logits 1e-4, gradients 2e-3 (a 3-sample batch norm amplifies
+ * summation-order differences through 20 layers), running statistics
+ * 1e-4, loss curve 1e-3 relative; folded inference 1e-4.  ResNet-50
+ * forward is held to 3e-4 and its
+ * gradients are compared normwise, ||a - b|| / ||b|| <= 5e-2: with 50
+ * layers the 1e-4 forward differences flip a few ReLU masks where the
+ * pre-activation is ~0, and each flip moves one channel's gradient by a
+ * whole contribution (seen: layer4.2.bn3.bias[964] ref 0.01253, onednn
+ * 0.01066, central difference 0.01159 across the kink), which elementwise
+ * maxima cannot tell from a bug; the per-op tests stay strict.
+ * ctest-labels: onednn */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "core/rng.h"
+#include "graph/graph.h"
+#include "harness.h"
+#include "models/resnet.h"
+
+/* max|a - b| / max|b| (0 when b is all zero and a equals it). */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0.0, mb = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= md)) /* NaN propagates */
+            md = e;
+        if (fabs((double)b[i]) > mb)
+            mb = fabs((double)b[i]);
+    }
+    if (mb == 0.0)
+        return md;
+    return md / mb;
+}
+
+/* ||a - b||_2 / ||b||_2. */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - (double)b[i];
+        d += e * e;
+        m += (double)b[i] * (double)b[i];
+    }
+    return m > 0.0 ? sqrt(d / m) : sqrt(d);
+}
+
+#define CHECK_REL(a, b, n, tol, what)                                          \
+    do {                                                                       \
+        double cl__e = rel_err((a), (b), (n));                                 \
+        if (!(cl__e <= (tol)))                                                 \
+            cl_test_fail(__FILE__, __LINE__, "%s: relative error %.3g > %g",   \
+                         (what), cl__e, (double)(tol));                        \
+    } while (0)
+
+typedef cl_status (*build_fn)(cl_graph *g, int batch);
+
+/* Fills params with U(-1, 1) / sqrt(fan) per tensor, BN gamma around 1,
+ * running stats mean ~0, var ~1. */
+static void fill_params(cl_graph *g, uint64_t seed)
+{
+    cl_rng r;
+    cl_rng_init(&r, seed, 0);
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *x = &g->tensors[t];
+        int64_t n = cl_graph_numel(g, t);
+        if (x->kind == CL_GT_PARAM) {
+            float *p = cl_graph_param(g, t);
+            double fan = n / x->shape.d[0];
+            if (fan < 1)
+                fan = 1;
+            int gamma = (x->param_flags & CL_PARAM_BN) &&
+                        strstr(x->name, "weight") != NULL;
+            for (int64_t i = 0; i < n; i++) {
+                float u = 2.0f * cl_rng_uniform(&r) - 1.0f;
+                p[i] = gamma ? 1.0f + 0.3f * u
+                       : (x->param_flags & CL_PARAM_BN)
+                           ? 0.2f * u
+                           : u * (float)(1.7 / sqrt(fan));
+            }
+        } else if (x->kind == CL_GT_BUFFER) {
+            float *b = cl_graph_buffer(g, t);
+            int var = strstr(x->name, "running_var") != NULL;
+            int mean = strstr(x->name, "running_mean") != NULL;
+            for (int64_t i = 0; i < n; i++) {
+                float u = cl_rng_uniform(&r);
+                if (var)
+                    b[i] = 0.5f + u;
+                else if (mean)
+                    b[i] = 0.2f * (u - 0.5f);
+            }
+        }
+    }
+}
+
+static void fill_input(float *x, size_t n, int32_t *labels, int N, int K,
+                       uint64_t seed)
+{
+    cl_rng r;
+    cl_rng_init(&r, seed, 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] = 2.0f * cl_rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < N; i++)
+        labels[i] = (int32_t)cl_rng_below(&r, (uint32_t)K);
+}
+
+/* Two copies of one graph with equal params, one per backend. */
+typedef struct pair {
+    cl_graph g[2];
+    cl_backend *be[2]; /* 0: ref, 1: onednn */
+    float *x;
+    int32_t *labels;
+    size_t nx;
+} pair;
+
+static void pair_free(pair *p)
+{
+    for (int k = 0; k < 2; k++) {
+        cl_backend_destroy(p->be[k]);
+        cl_graph_free(&p->g[k]);
+    }
+    cl_free(p->x);
+    cl_free(p->labels);
+    memset(p, 0, sizeof *p);
+}
+
+static cl_status pair_make(pair *p, build_fn build, int batch,
+                           cl_plan_mode mode, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    for (int k = 0; k < 2; k++) {
+        CL_TRY(cl_graph_init(&p->g[k], batch));
+        CL_TRY(build(&p->g[k], batch));
+    }
+    fill_params(&p->g[0], seed);
+    memcpy(p->g[1].params, p->g[0].params,
+           p->g[0].n_param_floats * sizeof(float));
+    memcpy(p->g[1].buffers, p->g[0].buffers,
+           p->g[0].n_buffer_floats * sizeof(float));
+    cl_backend_opts o = {0, 0};
+    CL_TRY(cl_backend_create(&p->be[0], "ref", &p->g[0], mode, &o));
+    CL_TRY(cl_backend_create(&p->be[1], "onednn", &p->g[1], mode, &o));
+    p->nx = (size_t)cl_graph_numel(&p->g[0], p->g[0].input);
+    p->x = cl_alloc(p->nx * sizeof(float), "test input");
+    p->labels = cl_alloc(sizeof(int32_t) * (size_t)batch, "test labels");
+    if (!p->x || !p->labels)
+        return CL_ERR_NOMEM;
+    fill_input(p->x, p->nx, p->labels, batch, p->g[0].num_classes, seed);
+    return CL_OK;
+}
+
+/* Compares tensor t read from both backends. */
+static void check_tensor(pair *p, int t, double tol, const char *what)
+{
+    size_t n = (size_t)cl_graph_numel(&p->g[0], t);
+    float *a = cl_alloc(n * sizeof(float), "a"), *b = cl_alloc(n * 4, "b");
+    if (a && b) {
+        CHECK_OK(cl_backend_read(p->be[0], t, b));
+        CHECK_OK(cl_backend_read(p->be[1], t, a));
+        CHECK_REL(a, b, n, tol, what);
+    }
+    cl_free(a);
+    cl_free(b);
+}
+
+/* l2 != 0 compares normwise (rel_l2) instead of elementwise maxima. */
+static void check_grads_how(pair *p, double tol, int l2)
+{
+    for (int t = 0; t < p->g[0].n_tensors; t++) {
+        const cl_gtensor *x = &p->g[0].tensors[t];
+        if (x->kind != CL_GT_PARAM)
+            continue;
+        char what[96];
+        snprintf(what, sizeof what, "grad %s", x->name);
+        const float *a = cl_graph_grad(&p->g[1], t);
+        const float *b = cl_graph_grad(&p->g[0], t);
+        size_t n = (size_t)cl_graph_numel(&p->g[0], t);
+        if (!l2) {
+            CHECK_REL(a, b, n, tol, what);
+            continue;
+        }
+        double e = rel_l2(a, b, n);
+        if (!(e <= tol))
+            cl_test_fail(__FILE__, __LINE__, "%s: normwise error %.3g > %g",
+                         what, e, tol);
+    }
+}
+
+static void check_grads(pair *p, double tol)
+{
+    check_grads_how(p, tol, 0);
+}
+
+static void check_buffers(pair *p, double tol)
+{
+    for (int t = 0; t < p->g[0].n_tensors; t++) {
+        const cl_gtensor *x = &p->g[0].tensors[t];
+        if (x->kind != CL_GT_BUFFER)
+            continue;
+        char what[96];
+        snprintf(what, sizeof what, "buffer %s", x->name);
+        CHECK_REL(cl_graph_buffer(&p->g[1], t), cl_graph_buffer(&p->g[0], t),
+                  (size_t)cl_graph_numel(&p->g[0], t), tol, what);
+    }
+}
+
+/* One training step on both; compares loss, logits, grads, stats; then an
+ * eval forward. */
+static void run_parity_how(build_fn build, int batch, double ftol, double gtol,
+                           int l2)
+{
+    pair p;
+    cl_status s = pair_make(&p, build, batch, CL_PLAN_TRAIN, 7);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        pair_free(&p);
+        return;
+    }
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+    }
+    CHECK(isfinite(loss[0]));
+    CHECK_NEAR(loss[1], loss[0], ftol * fabs(loss[0]) + 1e-6);
+    check_tensor(&p, p.g[0].logits, ftol, "logits");
+    if (p.g[0].features >= 0)
+        check_tensor(&p, p.g[0].features, ftol, "features");
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    check_grads_how(&p, gtol, l2);
+    check_buffers(&p, 1e-4);
+    /* Evaluation forward: running statistics. */
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(cl_backend_forward(p.be[k], 0, &loss[k]));
+    CHECK_NEAR(loss[1], loss[0], ftol * fabs(loss[0]) + 1e-6);
+    check_tensor(&p, p.g[0].logits, ftol, "eval logits");
+    pair_free(&p);
+}
+
+static void run_parity(build_fn build, int batch, double ftol, double gtol)
+{
+    run_parity_how(build, batch, ftol, gtol, 0);
+}
+
+/* ---- per-op graphs ----------------------------------------------------------
+ */
+
+enum { K_CLASSES = 5 };
+
+/* Adds avgpool + linear + loss after x. */
+static cl_status head(cl_graph *g, int x, int ch)
+{
+    int p, y;
+    cl_linear_attr la = {ch, K_CLASSES, 1};
+    cl_softmax_ce_attr ca = {K_CLASSES, 0.0f};
+    CL_TRY(cl_graph_global_avgpool(g, "pool", x, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &la, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &ca, 0));
+    return cl_graph_finalize(g);
+}
+
+static cl_status build_conv(cl_graph *g, int batch)
+{
+    int x, y, z;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 8, 3, 2, 1);
+    a.has_bias = 1;
+    cl_conv2d_attr b = cl_conv2d_attr_make(8, 16, 1, 1, 0);
+    CL_TRY(cl_graph_input(g, 3, 11, 9, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_conv2d(g, "conv2", y, &b, &z));
+    return head(g, z, 16);
+}
+
+static cl_status build_bn_relu(cl_graph *g, int batch)
+{
+    int x, y, z, r;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(16);
+    CL_TRY(cl_graph_input(g, 3, 8, 8, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn1", y, &bn, &z));
+    CL_TRY(cl_graph_relu(g, "relu", z, &r));
+    return head(g, r, 16);
+}
+
+/* BN without ReLU, and BN with two readers (ReLU not fusable). */
+static cl_status build_bn_plain(cl_graph *g, int batch)
+{
+    int x, y, z, r, s, w;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_conv2d_attr b = cl_conv2d_attr_make(16, 16, 1, 1, 0);
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(16);
+    CL_TRY(cl_graph_input(g, 3, 7, 7, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn1", y, &bn, &z));
+    CL_TRY(cl_graph_relu(g, "relu", z, &r));
+    CL_TRY(cl_graph_conv2d(g, "conv2", r, &b, &s));
+    CL_TRY(cl_graph_add(g, "add", s, z, &w));
+    return head(g, w, 16);
+}
+
+static cl_status build_maxpool(cl_graph *g, int batch)
+{
+    int x, y, z;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_maxpool2d_attr m = {3, 3, 2, 2, 1, 1};
+    CL_TRY(cl_graph_input(g, 3, 10, 9, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_maxpool2d(g, "pool1", y, &m, &z));
+    return head(g, z, 16);
+}
+
+/* Residual: x feeds conv2 and the add; add + ReLU fused. */
+static cl_status build_add(cl_graph *g, int batch)
+{
+    int x, y, z, s, r;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_conv2d_attr b = cl_conv2d_attr_make(16, 16, 3, 1, 1);
+    CL_TRY(cl_graph_input(g, 3, 6, 6, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_conv2d(g, "conv2", y, &b, &z));
+    CL_TRY(cl_graph_add(g, "add", z, y, &s));
+    CL_TRY(cl_graph_relu(g, "relu", s, &r));
+    return head(g, r, 16);
+}
+
+/* The head alone on the input: avgpool + linear. */
+static cl_status build_linear(cl_graph *g, int batch)
+{
+    int x;
+    (void)batch;
+    CL_TRY(cl_graph_input(g, 24, 3, 3, &x));
+    int y;
+    cl_conv2d_attr a = cl_conv2d_attr_make(24, 32, 1, 1, 0);
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    return head(g, y, 32);
+}
+
+/* BN over a 1x1 plane: two values per channel (ResNet-50's layer4 at 32x32
+ * input and batch 2). */
+static cl_status build_bn_1x1(cl_graph *g, int batch)
+{
+    int x, y, z, r;
+    (void)batch;
+    cl_conv2d_attr a = cl_conv2d_attr_make(8, 64, 1, 1, 0);
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(64);
+    CL_TRY(cl_graph_input(g, 8, 1, 1, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &a, &y));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn1", y, &bn, &z));
+    CL_TRY(cl_graph_relu(g, "relu", z, &r));
+    return head(g, r, 64);
+}
+
+CL_TEST(bn_1x1_plane)
+{
+    run_parity(build_bn_1x1, 2, 1e-4, 2e-4);
+}
+
+/* A bottleneck tail at ResNet-50's widths: 1x1 convs to 2048 channels,
+ * BN, a downsample branch, add + ReLU, the head. */
+static cl_status build_wide(cl_graph *g, int batch)
+{
+    int x, a, b, c, d, e, f, s, r;
+    (void)batch;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(64, 512, 1, 1, 0);
+    cl_conv2d_attr cb = cl_conv2d_attr_make(512, 2048, 1, 1, 0);
+    cl_conv2d_attr cc = cl_conv2d_attr_make(64, 2048, 1, 1, 0);
+    cl_batchnorm2d_attr b1 = cl_batchnorm2d_attr_make(512);
+    cl_batchnorm2d_attr b2 = cl_batchnorm2d_attr_make(2048);
+    CL_TRY(cl_graph_input(g, 64, 2, 2, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv1", x, &ca, &a));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn1", a, &b1, &b));
+    CL_TRY(cl_graph_relu(g, "relu1", b, &c));
+    CL_TRY(cl_graph_conv2d(g, "conv2", c, &cb, &d));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn2", d, &b2, &e));
+    CL_TRY(cl_graph_conv2d(g, "down", x, &cc, &f));
+    CL_TRY(cl_graph_add(g, "add", e, f, &s));
+    CL_TRY(cl_graph_relu(g, "relu", s, &r));
+    return head(g, r, 2048);
+}
+
+CL_TEST(wide_bottleneck)
+{
+    run_parity(build_wide, 3, 1e-4, 2e-4);
+}
+
+CL_TEST(conv_stride_pad_bias)
+{
+    run_parity(build_conv, 2, 1e-4, 2e-4);
+}
+
+CL_TEST(bn_fused_relu)
+{
+    run_parity(build_bn_relu, 3, 1e-4, 2e-4);
+}
+
+CL_TEST(bn_plain_and_fanout)
+{
+    run_parity(build_bn_plain, 2, 1e-4, 2e-4);
+}
+
+CL_TEST(maxpool)
+{
+    run_parity(build_maxpool, 2, 1e-4, 2e-4);
+}
+
+CL_TEST(add_residual_relu)
+{
+    run_parity(build_add, 2, 1e-4, 2e-4);
+}
+
+CL_TEST(linear_avgpool)
+{
+    run_parity(build_linear, 4, 1e-4, 2e-4);
+}
+
+/* ---- ResNet-18 --------------------------------------------------------------
+ */
+
+static cl_resnet_config r18_cfg(void)
+{
+    cl_resnet_config c = cl_resnet_config_default();
+    c.depth = 18;
+    c.stem = CL_STEM_CIFAR;
+    c.num_classes = 10;
+    return c;
+}
+
+static cl_status build_r18(cl_graph *g, int batch)
+{
+    (void)batch;
+    cl_resnet_config c = r18_cfg();
+    return cl_resnet_build(g, &c, 16, 16, 0, 0.0f);
+}
+
+/* One step compared in full (logits, loss, every gradient, running
+ * statistics), then three momentum-SGD steps on both: the loss curves must
+ * agree, and fall. */
+CL_TEST(resnet18_step_and_sgd_curve)
+{
+    pair p;
+    cl_status s = pair_make(&p, build_r18, 3, CL_PLAN_TRAIN, 11);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        pair_free(&p);
+        return;
+    }
+    /* torchvision init on both, so the curve is that of real training. */
+    cl_resnet_config c = r18_cfg();
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_resnet_init(&p.g[k], &c, 5));
+        CHECK_OK(cl_backend_sync_params(p.be[k]));
+    }
+    float curve[2][4];
+    size_t n = p.g[0].n_param_floats;
+    float *mom[2];
+    mom[0] = cl_alloc_zero(n * sizeof(float), "momentum");
+    mom[1] = cl_alloc_zero(n * sizeof(float), "momentum");
+    REQUIRE(mom[0] && mom[1]);
+    for (int step = 0; step < 4; step++) {
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+            CHECK_OK(cl_backend_forward(p.be[k], 1, &curve[k][step]));
+            if (step < 3)
+                CHECK_OK(cl_backend_backward(p.be[k]));
+        }
+        if (step == 0) {
+            check_tensor(&p, p.g[0].logits, 1e-4, "logits");
+            check_tensor(&p, p.g[0].features, 1e-4, "features");
+            check_grads(&p, 2e-3);
+            check_buffers(&p, 1e-4);
+        }
+        if (step == 3)
+            break;
+        for (int k = 0; k < 2; k++) {
+            /* Momentum SGD, lr 0.05, momentum 0.9. */
+            float *w = p.g[k].params, *gr = p.g[k].grads;
+            for (size_t i = 0; i < n; i++) {
+                mom[k][i] = 0.9f * mom[k][i] + gr[i];
+                w[i] -= 0.05f * mom[k][i];
+            }
+            CHECK_OK(cl_backend_sync_params(p.be[k]));
+        }
+    }
+    for (int step = 0; step < 4; step++)
+        CHECK_NEAR(curve[1][step], curve[0][step],
+                   1e-3 * fabs(curve[0][step]) + 1e-5);
+    /* Training on one batch must lower its loss. */
+    CHECK(curve[0][3] < curve[0][0]);
+    CHECK(curve[1][3] < curve[1][0]);
+    check_buffers(&p, 1e-3);
+    cl_free(mom[0]);
+    cl_free(mom[1]);
+    pair_free(&p);
+}
+
+/* Inference plan (conv + BN + add + ReLU fused) against the training
+ * plan's evaluation forward, on one graph's params. */
+CL_TEST(resnet18_infer_plan_folds_bn)
+{
+    cl_graph g;
+    cl_backend *tr = NULL, *inf = NULL;
+    float *x = NULL, *a = NULL, *b = NULL;
+    int32_t labels[3] = {1, 2, 3};
+    REQUIRE_OK(cl_graph_init(&g, 3));
+    REQUIRE_OK(build_r18(&g, 3));
+    fill_params(&g, 3);
+    cl_backend_opts o = {0, 0};
+    CHECK_OK(cl_backend_create(&tr, "onednn", &g, CL_PLAN_TRAIN, &o));
+    CHECK_OK(cl_backend_create(&inf, "onednn", &g, CL_PLAN_INFER, &o));
+    size_t nx = (size_t)cl_graph_numel(&g, g.input);
+    size_t nl = (size_t)cl_graph_numel(&g, g.logits);
+    x = cl_alloc(nx * sizeof(float), "x");
+    a = cl_alloc(nl * sizeof(float), "a");
+    b = cl_alloc(nl * sizeof(float), "b");
+    if (tr && inf && x && a && b) {
+        int32_t dummy[3];
+        fill_input(x, nx, dummy, 3, 10, 9);
+        float la, lb;
+        CHECK_OK(cl_backend_set_input(tr, x, labels, NULL));
+        CHECK_OK(cl_backend_forward(tr, 0, &lb));
+        CHECK_OK(cl_backend_read(tr, g.logits, b));
+        CHECK_OK(cl_backend_set_input(inf, x, labels, NULL));
+        CHECK_OK(cl_backend_forward(inf, 0, &la));
+        CHECK_OK(cl_backend_read(inf, g.logits, a));
+        CHECK_REL(a, b, nl, 1e-4, "folded logits");
+        CHECK_NEAR(la, lb, 1e-4 * fabs(lb));
+        /* Training forward is refused by an inference plan. */
+        CHECK_ERR(cl_backend_forward(inf, 1, NULL), CL_ERR_ARG, "training");
+        /* Changed params reach the folded weights after sync_params. */
+        float *gam = cl_graph_param(&g, cl_graph_find(&g, "bn1.weight"));
+        REQUIRE(gam);
+        for (int c = 0; c < 64; c++)
+            gam[c] *= 0.5f;
+        CHECK_OK(cl_backend_sync_params(tr));
+        CHECK_OK(cl_backend_sync_params(inf));
+        CHECK_OK(cl_backend_forward(tr, 0, NULL));
+        CHECK_OK(cl_backend_read(tr, g.logits, b));
+        CHECK_OK(cl_backend_forward(inf, 0, NULL));
+        CHECK_OK(cl_backend_read(inf, g.logits, a));
+        CHECK_REL(a, b, nl, 1e-4, "folded logits after sync");
+    }
+    cl_backend_destroy(tr);
+    cl_backend_destroy(inf);
+    cl_graph_free(&g);
+    cl_free(x);
+    cl_free(a);
+    cl_free(b);
+}
+
+/* ResNet-50 bottlenecks with downsample, CIFAR stem at 16x16 (layer4 at
+ * 2x2: 12 values per channel for BN; fewer make BN so ill-conditioned that
+ * f32 rounding alone moves the result), one step. */
+static cl_status build_r50(cl_graph *g, int batch)
+{
+    (void)batch;
+    cl_resnet_config c = cl_resnet_config_default();
+    c.depth = 50;
+    c.stem = CL_STEM_CIFAR;
+    c.num_classes = 10;
+    return cl_resnet_build(g, &c, 16, 16, 0, 0.0f);
+}
+
+CL_TEST(resnet50_step)
+{
+    run_parity_how(build_r50, 3, 3e-4, 5e-2, 1);
+}
+
+CL_TEST(bad_input)
+{
+    cl_graph g;
+    cl_backend *be = NULL;
+    REQUIRE_OK(cl_graph_init(&g, 2));
+    REQUIRE_OK(build_conv(&g, 2));
+    cl_backend_opts o = {0, 0};
+    REQUIRE_OK(cl_backend_create(&be, "onednn", &g, CL_PLAN_TRAIN, &o));
+    float x[2 * 3 * 11 * 9] = {0};
+    int32_t bad[2] = {0, K_CLASSES};
+    CHECK(cl_backend_set_input(be, x, bad, NULL) != CL_OK);
+    /* Backward before a training forward is refused. */
+    int32_t ok[2] = {0, 1};
+    CHECK_OK(cl_backend_set_input(be, x, ok, NULL));
+    CHECK_ERR(cl_backend_backward(be), CL_ERR_ARG, "forward");
+    CHECK_ERR(cl_backend_read(be, 9999, x), CL_ERR_ARG, "tensor");
+    cl_backend_destroy(be);
+    cl_graph_free(&g);
+}
