@@ -562,6 +562,10 @@ CL_TEST(st_rejects_hostile_headers)
          "__metadata__ 'epoch' must be a string, found a number"},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, CL_ERR_FORMAT,
          "'__metadata__' appears twice"},
+        {"{\"__metadata__\":{\"k\":\"1\",\"j\":\"2\",\"k\":\"3\"}}", 0,
+         CL_ERR_FORMAT, "__metadata__ key 'k' appears twice"},
+        {"{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0, CL_ERR_FORMAT,
+         "__metadata__ 'k' contains a NUL character"},
         {"{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[],"
          "\"data_offsets\":[0,1]}}",
          1, CL_ERR_FORMAT, "contains a NUL character"},
@@ -817,4 +821,44 @@ CL_TEST(json_mutations_fail_cleanly)
         cl_json_free(d);
     }
     free(b);
+}
+
+/* Many tensors and metadata keys open in (n log n) time: duplicates and
+ * overlaps are found by sorting, not by comparing every pair. */
+CL_TEST(st_large_header)
+{
+    const int n = 100000;
+    cl_strbuf h;
+    cl_strbuf_init(&h);
+    cl_strbuf_adds(&h, "{\"__metadata__\":{");
+    for (int i = 0; i < n; i++)
+        cl_strbuf_addf(&h, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    cl_strbuf_adds(&h, "}");
+    for (int i = 0; i < n; i++)
+        cl_strbuf_addf(&h,
+                       ",\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
+                       "\"data_offsets\":[%d,%d]}",
+                       i, n - 1 - i, n - i);
+    cl_strbuf_adds(&h, "}");
+    REQUIRE(!h.failed);
+    const char *path = cl_test_path("large.safetensors");
+    REQUIRE(make_st_auto(path, h.data, (size_t)n));
+    cl_st_file *f;
+    REQUIRE_OK(cl_st_open(&f, path));
+    CHECK(cl_st_count(f) == (size_t)n && cl_st_metadata_count(f) == (size_t)n);
+    long i = cl_st_find(f, "t777");
+    REQUIRE(i == 777);
+    size_t nb;
+    const unsigned char *p = cl_st_data(f, (size_t)i, &nb);
+    CHECK(nb == 1 && p[0] == (unsigned char)(n - 1 - 777));
+    CHECK(strcmp(cl_st_metadata(f, "k99999"), "v") == 0);
+    cl_st_close(f);
+    /* The same with one duplicate at the end. */
+    h.len -= 1;
+    cl_strbuf_adds(&h, ",\"t5\":{\"dtype\":\"U8\",\"shape\":[0],"
+                       "\"data_offsets\":[0,0]}}");
+    REQUIRE(make_st_auto(path, h.data, (size_t)n));
+    CHECK_ERR(cl_st_open(&f, path), CL_ERR_FORMAT,
+              "tensor 't5': the name appears twice");
+    cl_strbuf_free(&h);
 }

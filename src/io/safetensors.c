@@ -222,6 +222,11 @@ static cl_status parse_entry(cl_st_file *f, const cl_json *v, entry *e)
     return CL_OK;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static cl_status parse_metadata(cl_st_file *f, const cl_json *v)
 {
     if (v->type != CL_JSON_OBJ)
@@ -229,7 +234,8 @@ static cl_status parse_metadata(cl_st_file *f, const cl_json *v)
                         "%s: '__metadata__' must be an object "
                         "of strings, found a %s",
                         f->path, cl_json_type_name(v->type));
-    f->m = cl_alloc((v->count ? v->count : 1) * sizeof *f->m, "metadata");
+    size_t cnt = v->count ? v->count : 1;
+    f->m = cl_alloc(cnt * sizeof *f->m, "metadata");
     if (!f->m)
         return CL_ERR_NOMEM;
     for (const cl_json *m = v->child; m; m = m->next) {
@@ -238,17 +244,30 @@ static cl_status parse_metadata(cl_st_file *f, const cl_json *v)
                             "%s: __metadata__ '%.200s' must "
                             "be a string, found a %s",
                             f->path, m->key, cl_json_type_name(m->type));
-        for (size_t j = 0; j < f->n_meta; j++)
-            if (strcmp(f->m[j].key, m->key) == 0)
-                return cl_error(CL_ERR_FORMAT,
-                                "%s: __metadata__ key "
-                                "'%.200s' appears twice",
-                                f->path, m->key);
+        if (strlen(m->key) != m->key_len || strlen(m->str) != m->len)
+            return cl_error(CL_ERR_FORMAT,
+                            "%s: __metadata__ '%.200s' contains a NUL "
+                            "character",
+                            f->path, m->key);
         f->m[f->n_meta].key = m->key;
         f->m[f->n_meta].value = m->str;
         f->n_meta++;
     }
-    return CL_OK;
+    /* Duplicates by sorting: a hostile header may hold millions of keys. */
+    const char **keys = cl_alloc(cnt * sizeof *keys, "metadata keys");
+    if (!keys)
+        return CL_ERR_NOMEM;
+    for (size_t j = 0; j < f->n_meta; j++)
+        keys[j] = f->m[j].key;
+    qsort(keys, f->n_meta, sizeof *keys, cmp_str);
+    cl_status s = CL_OK;
+    for (size_t j = 1; j < f->n_meta && s == CL_OK; j++)
+        if (strcmp(keys[j], keys[j - 1]) == 0)
+            s = cl_error(CL_ERR_FORMAT,
+                         "%s: __metadata__ key '%.200s' appears twice", f->path,
+                         keys[j]);
+    cl_free(keys);
+    return s;
 }
 
 /* Everything the header claims, checked against itself and the buffer. */
@@ -541,6 +560,8 @@ cl_status cl_st_read_f32(const cl_st_file *f, size_t i, float *dst, size_t n)
 {
     CL_ASSERT(i < f->n);
     CL_TRY(check_n(f, i, n));
+    if (n == 0)
+        return CL_OK; /* dst may be NULL for an empty tensor */
     const unsigned char *p = f->buf + f->t[i].begin;
     switch (f->t[i].dtype) {
     case CL_ST_F32:
