@@ -2,6 +2,8 @@
 #ifndef CL_CLI_CLI_H
 #define CL_CLI_CLI_H
 
+#include "io/config.h"
+
 typedef struct cl_cli_command {
     const char *name;
     const char *summary;
@@ -11,7 +13,27 @@ typedef struct cl_cli_command {
 /* Prints "classic: <what>: <cl_last_error()>" to stderr; returns 1. */
 int cl_cli_fail(const char *what, int status);
 
+/* Non-zero if --help or -h is among the arguments. */
+int cl_cli_is_help(int argc, char **argv);
+/* Defaults, then the --config recipe, then every `--key value` (or
+ * --key=value) override, then the cross-key check.  Options listed in own
+ * (NULL-terminated, each taking one value) belong to the command and are
+ * skipped. */
+cl_status cl_cli_config(int argc, char **argv, const char *const *own,
+                        cl_config *c);
+/* Only the `--key value` overrides, onto *c as it is (no check). */
+cl_status cl_cli_overrides(int argc, char **argv, const char *const *own,
+                           cl_config *c);
+/* The value after option `name`, or NULL. */
+const char *cl_cli_option(int argc, char **argv, const char *name);
+
 int cl_cmd_check(int argc, char **argv);
 int cl_cmd_data(int argc, char **argv);
+int cl_cmd_bench(int argc, char **argv);
+int cl_cmd_train(int argc, char **argv);
+int cl_cmd_eval(int argc, char **argv);
+int cl_cmd_predict(int argc, char **argv);
+int cl_cmd_embed(int argc, char **argv);
+int cl_cmd_info(int argc, char **argv);
 
 #endif

@@ -9,6 +9,15 @@ static const cl_cli_command commands[] = {
     {"check", "print version, oneDNN version, CPU ISA, threads, MPI",
      cl_cmd_check},
     {"data", "dataset info, stats (mean/std), preview grid", cl_cmd_data},
+    {"bench", "training / inference img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
+    {"train", "train a ResNet from a YAML recipe (+ --key value overrides)",
+     cl_cmd_train},
+    {"eval", "accuracy, per-class accuracy and confusion of a checkpoint",
+     cl_cmd_eval},
+    {"predict", "top-k classes of image files", cl_cmd_predict},
+    {"embed", "penultimate features of a dataset split", cl_cmd_embed},
+    {"info", "layer table, parameters, FLOPs, checkpoint metadata",
+     cl_cmd_info},
 };
 
 static void usage(FILE *f)

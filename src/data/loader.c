@@ -76,7 +76,7 @@ static void compute_sizes(cl_loader *ld)
     int64_t B = ld->o.batch_size;
     if (ld->o.drop_remainder) {
         /* Equal counts on every shard so data-parallel ranks step in
-         * lockstep; at most S-1 + B-1 samples of an epoch go unused. */
+         * lockstep; at most S-1 + S(B-1) samples of an epoch go unused. */
         ld->per_shard = N / S / B * B;
         ld->nbatches = ld->per_shard / B;
     } else {

@@ -1,0 +1,334 @@
+/* `classic bench`: training and inference throughput of a ResNet on
+ * synthetic data, with achieved GFLOPS, MFU against an sgemm peak measured
+ * on the spot, and peak RSS. */
+#include <dnnl.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "backend/backend.h"
+#include "backend/onednn_info.h"
+#include "classic/classic.h"
+#include "cli/cli.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "graph/graph.h"
+#include "models/resnet.h"
+#include "train/optim.h"
+
+typedef struct bench_opts {
+    const char *arch, *stem, *mode, *backend;
+    int batch, size, classes, threads, steps, warmup;
+} bench_opts;
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: classic bench [--arch resnet50] [--batch 32] [--size 32]\n"
+            "                     [--stem imagenet|cifar] [--classes 10]\n"
+            "                     [--threads 2] [--steps 10] [--warmup 3]\n"
+            "                     [--mode train|infer|both]\n"
+            "                     [--backend onednn|ref]\n\n"
+            "Times full training steps (forward, backward, momentum-SGD "
+            "update)\nand inference on synthetic data after warm-up; prints "
+            "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
+            "against a 2048^3 sgemm\npeak measured now with the same "
+            "threads, and peak RSS.  The last\nlines are `bench: key=value "
+            "...` for scripts.\n");
+}
+
+static int parse_int(const char *name, const char *v, int lo, int hi,
+                     int *out)
+{
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "classic bench: %s '%s' is not an integer in %d..%d\n",
+                name, v, lo, hi);
+        return 1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    o->arch = "resnet50";
+    o->stem = "imagenet";
+    o->mode = "both";
+    o->backend = "onednn";
+    o->batch = 32;
+    o->size = 32;
+    o->classes = 10;
+    o->threads = 0;
+    o->steps = 10;
+    o->warmup = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (i + 1 >= argc) {
+            fprintf(stderr, "classic bench: %s needs a value\n", k);
+            return 1;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (strcmp(k, "--arch") == 0)
+            o->arch = v;
+        else if (strcmp(k, "--stem") == 0)
+            o->stem = v;
+        else if (strcmp(k, "--mode") == 0)
+            o->mode = v;
+        else if (strcmp(k, "--backend") == 0)
+            o->backend = v;
+        else if (strcmp(k, "--batch") == 0)
+            bad = parse_int(k, v, 1, 4096, &o->batch);
+        else if (strcmp(k, "--size") == 0)
+            bad = parse_int(k, v, 8, 1024, &o->size);
+        else if (strcmp(k, "--classes") == 0)
+            bad = parse_int(k, v, 2, 100000, &o->classes);
+        else if (strcmp(k, "--threads") == 0)
+            bad = parse_int(k, v, 0, 1024, &o->threads);
+        else if (strcmp(k, "--steps") == 0)
+            bad = parse_int(k, v, 1, 1000000, &o->steps);
+        else if (strcmp(k, "--warmup") == 0)
+            bad = parse_int(k, v, 0, 1000000, &o->warmup);
+        else {
+            fprintf(stderr, "classic bench: unknown option '%s'\n\n", k);
+            bench_usage(stderr);
+            return 1;
+        }
+        if (bad)
+            return 1;
+    }
+    if (strcmp(o->mode, "train") && strcmp(o->mode, "infer") &&
+        strcmp(o->mode, "both")) {
+        fprintf(stderr,
+                "classic bench: --mode '%s' is not train, infer or both\n",
+                o->mode);
+        return 1;
+    }
+    return 0;
+}
+
+/* Best of a few 2048^3 sgemm runs, in GFLOPS, with the current threads. */
+static double sgemm_peak(void)
+{
+    const dnnl_dim_t n = 2048;
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)n;
+    float *a = cl_alloc(bytes, "peak sgemm"), *b = cl_alloc(bytes, "sgemm"),
+          *c = cl_alloc(bytes, "sgemm");
+    double best = 0.0;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * (size_t)n; i++) {
+            a[i] = (float)(i % 13) * 1e-3f;
+            b[i] = (float)(i % 7) * 1e-3f;
+            c[i] = 0.0f;
+        }
+        for (int r = 0; r < 5; r++) {
+            double t = cl_time_now();
+            if (dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n) !=
+                dnnl_success)
+                break;
+            t = cl_time_now() - t;
+            double gf = 2.0 * (double)n * (double)n * (double)n / t / 1e9;
+            if (r > 0 && gf > best) /* the first run warms up */
+                best = gf;
+        }
+    }
+    cl_free(a);
+    cl_free(b);
+    cl_free(c);
+    return best;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
+}
+
+/* The optimizer's segments: one per parameter tensor, by offset. */
+static cl_status make_optim(const cl_graph *g, cl_optim *opt)
+{
+    int n = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        n += g->tensors[t].kind == CL_GT_PARAM;
+    cl_optim_segment *s = cl_alloc(sizeof *s * (size_t)(n ? n : 1), "segs");
+    if (!s)
+        return CL_ERR_NOMEM;
+    int k = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *x = &g->tensors[t];
+        if (x->kind != CL_GT_PARAM)
+            continue;
+        cl_optim_segment seg = {x->offset,
+                                (size_t)cl_shape_numel(&x->shape),
+                                x->param_flags};
+        int j = k++;
+        while (j > 0 && s[j - 1].offset > seg.offset) {
+            s[j] = s[j - 1];
+            j--;
+        }
+        s[j] = seg;
+    }
+    cl_optim_config cfg = cl_optim_config_default();
+    cfg.kind = CL_OPT_SGD;
+    cfg.momentum = 0.9;
+    cfg.weight_decay = 0.0;
+    cl_status st = cl_optim_create(opt, &cfg, s, n, g->n_param_floats);
+    cl_free(s);
+    return st;
+}
+
+typedef struct bench_result {
+    double img_s, step_s, gflops;
+} bench_result;
+
+static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
+                          int train, const float *x, const int32_t *labels,
+                          bench_result *res, int64_t *macs)
+{
+    cl_status st = CL_OK;
+    cl_graph g;
+    cl_backend *be = NULL;
+    cl_optim opt;
+    int have_graph = 0;
+    memset(&opt, 0, sizeof opt);
+    st = cl_graph_init(&g, o->batch);
+    if (st != CL_OK)
+        goto fail;
+    have_graph = 1;
+    st = cl_resnet_build(&g, cfg, o->size, o->size, 0, 0.0f);
+    if (st != CL_OK)
+        goto fail;
+    st = cl_resnet_init(&g, cfg, 1);
+    if (st != CL_OK)
+        goto fail;
+    *macs = cl_graph_macs(&g);
+    cl_backend_opts bo = {o->threads, 0};
+    st = cl_backend_create(&be, o->backend, &g,
+                           train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
+    if (st != CL_OK)
+        goto fail;
+    if (train) {
+        st = make_optim(&g, &opt);
+        if (st != CL_OK)
+            goto fail;
+    }
+    double t0 = 0.0;
+    for (int s = 0; s < o->warmup + o->steps; s++) {
+        if (s == o->warmup)
+            t0 = cl_time_now();
+        float loss;
+        st = cl_backend_set_input(be, x, labels, NULL);
+        if (st == CL_OK)
+            st = cl_backend_forward(be, train, &loss);
+        if (st == CL_OK && train)
+            st = cl_backend_backward(be);
+        if (st == CL_OK && train)
+            st = cl_optim_step(&opt, g.params, g.grads, 0.01f);
+        if (st == CL_OK && train)
+            st = cl_backend_sync_params(be);
+        if (st != CL_OK)
+            goto fail;
+        if (train && !isfinite(loss)) {
+            st = cl_error(CL_ERR_NUMERIC, "bench: loss is %g at step %d",
+                          (double)loss, s);
+            goto fail;
+        }
+    }
+    double dt = cl_time_now() - t0;
+    res->step_s = dt / o->steps;
+    res->img_s = (double)o->batch * o->steps / dt;
+    res->gflops = (train ? 3.0 : 1.0) * 2.0 * (double)*macs * res->img_s / 1e9;
+fail:
+    cl_optim_destroy(&opt);
+    cl_backend_destroy(be);
+    if (have_graph)
+        cl_graph_free(&g);
+    return st;
+}
+
+int cl_cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            bench_usage(stdout);
+            return 0;
+        }
+    if (parse_args(argc, argv, &o))
+        return 2;
+    cl_resnet_config cfg = cl_resnet_config_default();
+    cl_status st = cl_resnet_arch_parse(o.arch, &cfg.depth);
+    if (st == CL_OK)
+        st = cl_resnet_stem_parse(o.stem, &cfg.stem);
+    if (st != CL_OK)
+        return cl_cli_fail("bench", st);
+    cfg.num_classes = o.classes;
+    if (o.threads > 0)
+        omp_set_num_threads(o.threads);
+    int threads = omp_get_max_threads();
+
+    size_t nx = (size_t)o.batch * 3 * (size_t)o.size * (size_t)o.size;
+    float *x = cl_alloc(nx * sizeof(float), "bench input");
+    int32_t *labels = cl_alloc(sizeof(int32_t) * (size_t)o.batch, "labels");
+    if (!x || !labels) {
+        cl_free(x);
+        cl_free(labels);
+        return cl_cli_fail("bench", CL_ERR_NOMEM);
+    }
+    cl_rng r;
+    cl_rng_init(&r, 1234, 0);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)cl_rng_normal(&r);
+    for (int i = 0; i < o.batch; i++)
+        labels[i] = (int32_t)cl_rng_below(&r, (uint32_t)o.classes);
+
+    double peak = sgemm_peak();
+    printf("classic bench: %s, %s stem, %d classes, %dx%d, batch %d, "
+           "%d threads, backend %s (cpu isa %s)\n",
+           o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
+           o.backend, cl_dnnl_isa_name());
+    printf("peak      %.1f GFLOPS (sgemm 2048^3, best of 4)\n", peak);
+    int modes[2] = {strcmp(o.mode, "infer") != 0,
+                    strcmp(o.mode, "train") != 0};
+    bench_result res[2];
+    int64_t macs = 0;
+    int rc = 0;
+    for (int m = 0; m < 2; m++) {
+        if (!modes[m])
+            continue;
+        st = run_mode(&o, &cfg, m == 0, x, labels, &res[m], &macs);
+        if (st != CL_OK) {
+            rc = cl_cli_fail(m == 0 ? "bench train" : "bench infer", st);
+            break;
+        }
+        printf("%-9s %.2f img/s  %.4f s/step  %.1f GFLOPS  %.1f%% MFU  "
+               "(%d warm-up + %d timed steps, %.3f GMACs/img)\n",
+               m == 0 ? "train" : "infer", res[m].img_s, res[m].step_s,
+               res[m].gflops, peak > 0 ? 100.0 * res[m].gflops / peak : 0.0,
+               o.warmup, o.steps, (double)macs / 1e9);
+    }
+    double rss = peak_rss_mb();
+    if (rc == 0) {
+        printf("peak RSS  %.1f MB\n", rss);
+        for (int m = 0; m < 2; m++)
+            if (modes[m])
+                printf("bench: mode=%s img_s=%.3f gflops=%.2f mfu=%.2f "
+                       "peak_gflops=%.1f rss_mb=%.1f\n",
+                       m == 0 ? "train" : "infer", res[m].img_s,
+                       res[m].gflops,
+                       peak > 0 ? 100.0 * res[m].gflops / peak : 0.0, peak,
+                       rss);
+    }
+    cl_free(x);
+    cl_free(labels);
+    return rc;
+}

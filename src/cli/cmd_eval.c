@@ -1,0 +1,132 @@
+/* `classic eval`: accuracy of a checkpoint on a dataset split. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/error.h"
+#include "dist/dist.h"
+#include "train/evaluate.h"
+#include "train/model.h"
+#include "train/recipe.h"
+
+static void usage(void)
+{
+    printf(
+        "usage: classic eval --checkpoint FILE [--batch N] [--split "
+        "test|train]\n"
+        "                    [--csv confusion.csv] [--backend onednn|ref] "
+        "[--key value ...]\n\n"
+        "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
+        "the\nconfusion matrix.  Data and eval transforms come from the "
+        "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
+        "--limit_val).\nUnder mpirun the split is sharded and the counts "
+        "summed: every sample\nis counted exactly once.\n");
+}
+
+static const char *const own[] = {"--checkpoint", "--batch", "--split",
+                                  "--csv", "--backend", NULL};
+
+int cl_cmd_eval(int argc, char **argv)
+{
+    if (cl_cli_is_help(argc, argv)) {
+        usage();
+        return 0;
+    }
+    const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
+    const char *bs = cl_cli_option(argc, argv, "--batch");
+    const char *split = cl_cli_option(argc, argv, "--split");
+    const char *csv = cl_cli_option(argc, argv, "--csv");
+    const char *backend = cl_cli_option(argc, argv, "--backend");
+    if (!ckpt) {
+        fprintf(stderr, "classic: eval: --checkpoint FILE is required\n");
+        return 2;
+    }
+    int batch = bs ? atoi(bs) : 100;
+    if (batch < 1 || batch > 65536) {
+        fprintf(stderr, "classic: eval: --batch must be 1..65536\n");
+        return 2;
+    }
+    cl_data_usage usage_ = CL_USAGE_TEST;
+    if (split && strcmp(split, "train") == 0)
+        usage_ = CL_USAGE_TRAIN;
+    else if (split && strcmp(split, "test") != 0 && strcmp(split, "val"))
+        return fprintf(stderr, "classic: eval: --split is test or train\n"),
+               2;
+    cl_dist d;
+    cl_model m;
+    cl_dataset *ds = NULL;
+    cl_transforms *tf = NULL;
+    cl_loader *ld = NULL;
+    cl_metrics met;
+    memset(&met, 0, sizeof met);
+    cl_status s = cl_dist_init(&d, NULL, NULL);
+    if (s != CL_OK)
+        return cl_cli_fail("eval", s);
+    s = cl_model_open(&m, ckpt, batch, backend ? backend : "onednn",
+                      CL_PLAN_INFER, 0);
+    if (s != CL_OK) {
+        cl_dist_finalize(&d);
+        return cl_cli_fail("eval", s);
+    }
+    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    cl_transform_opts to;
+    int h = 0, w = 0, c = 0;
+    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK ||
+        (s = cl_recipe_dataset(&m.cfg, usage_, dir, sizeof dir, &spec)) !=
+            CL_OK)
+        goto fail;
+    spec.num_classes = m.num_classes;
+    if ((s = cl_dataset_open(&ds, &spec)) != CL_OK)
+        goto fail;
+    cl_dataset_image_dims(ds, &h, &w, &c);
+    if ((s = cl_model_transforms(&m, h, w, &to)) != CL_OK ||
+        (s = cl_transforms_create(&tf, &to)) != CL_OK)
+        goto fail;
+    cl_loader_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.dataset = ds;
+    lo.tf = tf;
+    lo.batch_size = batch;
+    lo.num_shards = d.size;
+    lo.shard_id = d.rank;
+    lo.workers = m.cfg.num_parallel_workers;
+    lo.prefetch = m.cfg.prefetch;
+    lo.num_classes = m.num_classes;
+    lo.limit = m.cfg.limit_val;
+    if ((s = cl_loader_create(&ld, &lo)) != CL_OK ||
+        (s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
+        (s = cl_evaluate(m.be, ld, &met, &d, NULL, NULL)) != CL_OK)
+        goto fail;
+    if (d.rank == 0) {
+        printf("%s on %s %s split (%lld samples)\n", ckpt,
+               cl_dataset_format(ds), usage_ == CL_USAGE_TRAIN ? "train"
+                                                               : "test",
+               (long long)cl_metrics_count(&met));
+        if ((s = cl_metrics_print(&met, stdout,
+                                  (const char *const *)m.class_names)) !=
+            CL_OK)
+            goto fail;
+        if (csv && (s = cl_metrics_write_csv(
+                        &met, csv, (const char *const *)m.class_names)) !=
+                       CL_OK)
+            goto fail;
+        if (csv)
+            printf("confusion matrix written to %s\n", csv);
+    }
+fail:
+    cl_metrics_free(&met);
+    cl_loader_destroy(ld);
+    cl_transforms_destroy(tf);
+    cl_dataset_close(ds);
+    cl_model_close(&m);
+    if (s != CL_OK) {
+        int rc = cl_cli_fail("eval", s);
+        if (d.size > 1)
+            cl_dist_abort(&d, 1);
+        cl_dist_finalize(&d);
+        return rc;
+    }
+    cl_dist_finalize(&d);
+    return 0;
+}

@@ -1,0 +1,343 @@
+/* Model and training-state checkpoints on top of the safetensors format. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+
+static int is_counter(const cl_gtensor *t)
+{
+    const char *s = strrchr(t->name, '.');
+    return t->kind == CL_GT_BUFFER && s &&
+           strcmp(s, ".num_batches_tracked") == 0;
+}
+
+static int is_state(const cl_gtensor *t)
+{
+    return t->kind == CL_GT_PARAM || t->kind == CL_GT_BUFFER;
+}
+
+static const float *tensor_data(const cl_graph *g, int i)
+{
+    return g->tensors[i].kind == CL_GT_PARAM ? cl_graph_param(g, i)
+                                             : cl_graph_buffer(g, i);
+}
+
+cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
+                             const cl_ckpt_kv *meta, int n_meta)
+{
+    cl_st_writer *w = NULL;
+    int64_t *counters = NULL;
+    cl_status s;
+    int n_counters = 0;
+    for (int i = 0; i < g->n_tensors; i++)
+        n_counters += is_counter(&g->tensors[i]);
+    counters = cl_alloc((size_t)(n_counters + 1) * sizeof *counters,
+                        "checkpoint counters");
+    if (!counters)
+        return CL_ERR_NOMEM;
+    if ((s = cl_st_writer_new(&w)) != CL_OK)
+        goto fail;
+    int k = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const cl_gtensor *t = &g->tensors[i];
+        if (!is_state(t))
+            continue;
+        if (is_counter(t)) {
+            counters[k] = (int64_t)tensor_data(g, i)[0];
+            s = cl_st_writer_add(w, t->name, CL_ST_I64, cl_shape_make(0, NULL),
+                                 &counters[k]);
+            k++;
+        } else {
+            s = cl_st_writer_add(w, t->name, CL_ST_F32, t->shape,
+                                 tensor_data(g, i));
+        }
+        if (s != CL_OK)
+            goto fail;
+    }
+    for (int i = 0; i < n_meta; i++)
+        if ((s = cl_st_writer_meta(w, meta[i].key, meta[i].value)) != CL_OK)
+            goto fail;
+    s = cl_st_writer_save(w, path);
+fail:
+    cl_st_writer_free(w);
+    cl_free(counters);
+    return s;
+}
+
+/* Appends name to a "a, b, c" list of at most 8 names, counting the rest. */
+static void list_add(char *buf, size_t n, int *count, const char *name)
+{
+    size_t len = strlen(buf);
+    if (*count < 8)
+        snprintf(buf + len, n - len, "%s'%s'", *count ? ", " : "", name);
+    (*count)++;
+}
+
+static cl_status list_error(const char *path, const char *what, char *buf,
+                            int count)
+{
+    if (count > 8)
+        return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s and %d more", path,
+                        count, what, buf, count - 8);
+    return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s", path, count, what, buf);
+}
+
+cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
+                             cl_ckpt_load_report *rep)
+{
+    cl_st_file *f = NULL;
+    float *staging = NULL;
+    char list[640] = "";
+    char dims[2][96];
+    int count = 0;
+    cl_status s = cl_st_open(&f, path);
+    cl_ckpt_load_report r;
+    memset(&r, 0, sizeof r);
+    if (s != CL_OK)
+        return s;
+    /* Every name in the file must be known to the model. */
+    for (size_t i = 0; i < cl_st_count(f); i++) {
+        int t = cl_graph_find(g, cl_st_name(f, i));
+        if (t < 0 || !is_state(&g->tensors[t]))
+            list_add(list, sizeof list, &count, cl_st_name(f, i));
+    }
+    if (count) {
+        s = list_error(path, "tensors unknown to the model", list, count);
+        goto fail;
+    }
+    /* Every model tensor must be in the file with its shape (or be a head
+     * left fresh when fine-tuning). */
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (!is_state(gt))
+            continue;
+        long i = cl_st_find(f, gt->name);
+        if (i < 0) {
+            list_add(list, sizeof list, &count, gt->name);
+            continue;
+        }
+        cl_shape fs;
+        cl_st_info(f, (size_t)i, NULL, &fs);
+        int same = is_counter(gt) ? cl_shape_numel(&fs) == 1
+                                  : cl_shape_equal(&fs, &gt->shape);
+        if (same)
+            continue;
+        cl_shape_str(&fs, dims[0], sizeof dims[0]);
+        cl_shape_str(&gt->shape, dims[1], sizeof dims[1]);
+        if (mode == CL_CKPT_PRETRAINED && (gt->param_flags & CL_PARAM_HEAD)) {
+            size_t len = strlen(r.head_note);
+            snprintf(r.head_note + len, sizeof r.head_note - len,
+                     "%s%s %s in the file, %s in the model", len ? "; " : "",
+                     gt->name, dims[0], dims[1]);
+            continue;
+        }
+        s = cl_error(CL_ERR_SHAPE,
+                     "%s: tensor '%s' has shape %s in the file but %s in "
+                     "the model (another architecture or num_classes?)",
+                     path, gt->name, dims[0], dims[1]);
+        goto fail;
+    }
+    if (count) {
+        s = list_error(path, "model tensors missing from the file", list,
+                       count);
+        goto fail;
+    }
+    /* Read into a staging copy first so that a failure leaves g as it was. */
+    size_t total = g->n_param_floats + g->n_buffer_floats;
+    staging = cl_alloc(total * sizeof(float), "checkpoint staging");
+    if (!staging) {
+        s = CL_ERR_NOMEM;
+        goto fail;
+    }
+    memcpy(staging, g->params, g->n_param_floats * sizeof(float));
+    memcpy(staging + g->n_param_floats, g->buffers,
+           g->n_buffer_floats * sizeof(float));
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (!is_state(gt))
+            continue;
+        long i = cl_st_find(f, gt->name);
+        cl_shape fs;
+        cl_st_info(f, (size_t)i, NULL, &fs);
+        float *dst = staging + gt->offset +
+                     (gt->kind == CL_GT_BUFFER ? g->n_param_floats : 0);
+        if (is_counter(gt)) {
+            int64_t v = 0;
+            if ((s = cl_st_read_i64(f, (size_t)i, &v, 1)) != CL_OK) {
+                /* Some writers keep the counter as a float. */
+                if ((s = cl_st_read_f32(f, (size_t)i, dst, 1)) != CL_OK)
+                    goto fail;
+            } else {
+                dst[0] = (float)v;
+            }
+        } else if (!cl_shape_equal(&fs, &gt->shape)) {
+            r.head_skipped++;
+            continue;
+        } else {
+            size_t n = (size_t)cl_shape_numel(&gt->shape);
+            if ((s = cl_st_read_f32(f, (size_t)i, dst, n)) != CL_OK)
+                goto fail;
+        }
+        r.loaded++;
+    }
+    memcpy(g->params, staging, g->n_param_floats * sizeof(float));
+    memcpy(g->buffers, staging + g->n_param_floats,
+           g->n_buffer_floats * sizeof(float));
+    if (rep)
+        *rep = r;
+    s = CL_OK;
+fail:
+    cl_free(staging);
+    cl_st_close(f);
+    return s;
+}
+
+cl_status cl_ckpt_save_state(const char *path, const cl_graph *g,
+                             const cl_optim *opt, const cl_ckpt_kv *meta,
+                             int n_meta)
+{
+    cl_st_writer *w = NULL;
+    int64_t *steps = NULL;
+    char name[128];
+    char buf[32];
+    cl_status s = cl_st_writer_new(&w);
+    if (s != CL_OK)
+        return s;
+    steps = cl_alloc((size_t)(opt->n_segments + 1) * sizeof *steps,
+                     "optimizer steps");
+    if (!steps) {
+        s = CL_ERR_NOMEM;
+        goto fail;
+    }
+    int64_t n_steps = 0;
+    if ((s = cl_optim_get_steps(opt, steps, opt->n_segments, &n_steps)) !=
+        CL_OK)
+        goto fail;
+    for (int k = 0; k < opt->n_states; k++) {
+        for (int t = 0; t < g->n_tensors; t++) {
+            const cl_gtensor *gt = &g->tensors[t];
+            if (gt->kind != CL_GT_PARAM)
+                continue;
+            snprintf(name, sizeof name, "%s.%s", gt->name,
+                     cl_optim_state_name(opt, k));
+            s = cl_st_writer_add(w, name, CL_ST_F32, gt->shape,
+                                 opt->state[k] + gt->offset);
+            if (s != CL_OK)
+                goto fail;
+        }
+    }
+    int64_t nseg = opt->n_segments;
+    s = cl_st_writer_add(w, "optimizer.segment_steps", CL_ST_I64,
+                         cl_shape_make(1, &nseg), steps);
+    if (s != CL_OK)
+        goto fail;
+    snprintf(buf, sizeof buf, "%lld", (long long)n_steps);
+    if ((s = cl_st_writer_meta(w, "optimizer_steps", buf)) != CL_OK)
+        goto fail;
+    snprintf(buf, sizeof buf, "%s",
+             opt->cfg.kind == CL_OPT_ADAMW ? "adamw" : "sgd");
+    if ((s = cl_st_writer_meta(w, "optimizer", buf)) != CL_OK)
+        goto fail;
+    for (int i = 0; i < n_meta; i++)
+        if ((s = cl_st_writer_meta(w, meta[i].key, meta[i].value)) != CL_OK)
+            goto fail;
+    s = cl_st_writer_save(w, path);
+fail:
+    cl_free(steps);
+    cl_st_writer_free(w);
+    return s;
+}
+
+cl_status cl_ckpt_load_state(const char *path, const cl_graph *g,
+                             cl_optim *opt)
+{
+    cl_st_file *f = NULL;
+    int64_t *steps = NULL;
+    char name[128];
+    cl_status s = cl_st_open(&f, path);
+    if (s != CL_OK)
+        return s;
+    const char *kind = cl_st_metadata(f, "optimizer");
+    const char *want = opt->cfg.kind == CL_OPT_ADAMW ? "adamw" : "sgd";
+    if (!kind || strcmp(kind, want) != 0) {
+        s = cl_error(CL_ERR_FORMAT,
+                     "%s: optimizer state is for '%s', this run uses '%s'",
+                     path, kind ? kind : "(none)", want);
+        goto fail;
+    }
+    long si = cl_st_find(f, "optimizer.segment_steps");
+    cl_shape ss;
+    if (si < 0) {
+        s = cl_error(CL_ERR_FORMAT, "%s: no tensor 'optimizer.segment_steps'",
+                     path);
+        goto fail;
+    }
+    cl_st_info(f, (size_t)si, NULL, &ss);
+    if (ss.ndim != 1 || ss.d[0] != opt->n_segments) {
+        s = cl_error(CL_ERR_FORMAT,
+                     "%s: state holds %lld parameter tensors, the model has "
+                     "%d (another architecture?)",
+                     path, (long long)cl_shape_numel(&ss), opt->n_segments);
+        goto fail;
+    }
+    steps = cl_alloc((size_t)opt->n_segments * sizeof *steps, "optim steps");
+    if (!steps) {
+        s = CL_ERR_NOMEM;
+        goto fail;
+    }
+    if ((s = cl_st_read_i64(f, (size_t)si, steps, (size_t)opt->n_segments)) !=
+        CL_OK)
+        goto fail;
+    /* Check every state tensor before writing any. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < opt->n_states; k++) {
+            for (int t = 0; t < g->n_tensors; t++) {
+                const cl_gtensor *gt = &g->tensors[t];
+                if (gt->kind != CL_GT_PARAM)
+                    continue;
+                snprintf(name, sizeof name, "%s.%s", gt->name,
+                         cl_optim_state_name(opt, k));
+                long i = cl_st_find(f, name);
+                cl_shape fs;
+                if (i < 0) {
+                    s = cl_error(CL_ERR_FORMAT, "%s: no tensor '%s'", path,
+                                 name);
+                    goto fail;
+                }
+                cl_st_info(f, (size_t)i, NULL, &fs);
+                if (!cl_shape_equal(&fs, &gt->shape)) {
+                    s = cl_error(CL_ERR_SHAPE,
+                                 "%s: '%s' does not match the model's shape",
+                                 path, name);
+                    goto fail;
+                }
+                if (pass == 1 &&
+                    (s = cl_st_read_f32(f, (size_t)i,
+                                        opt->state[k] + gt->offset,
+                                        (size_t)cl_shape_numel(&fs))) != CL_OK)
+                    goto fail;
+            }
+        }
+    }
+    const char *ns = cl_st_metadata(f, "optimizer_steps");
+    s = cl_optim_set_steps(opt, steps, opt->n_segments,
+                           ns ? strtoll(ns, NULL, 10) : 0);
+fail:
+    cl_free(steps);
+    cl_st_close(f);
+    return s;
+}
+
+cl_status cl_ckpt_read_meta(const char *path, const char *key, char *buf,
+                            size_t n)
+{
+    cl_st_file *f = NULL;
+    CL_TRY(cl_st_open(&f, path));
+    const char *v = cl_st_metadata(f, key);
+    snprintf(buf, n, "%s", v ? v : "");
+    cl_st_close(f);
+    return CL_OK;
+}

@@ -1,0 +1,64 @@
+/* Checkpoints: a model file (safetensors, torchvision state_dict names,
+ * canonical f32, metadata) and beside it a training-state file (optimizer
+ * state per parameter, step counters, loader position) for --resume. */
+#ifndef CL_IO_CHECKPOINT_H
+#define CL_IO_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "train/optim.h"
+
+/* One __metadata__ entry. */
+typedef struct cl_ckpt_kv {
+    const char *key;
+    const char *value;
+} cl_ckpt_kv;
+
+/* Writes every parameter and buffer of g in graph order (torchvision's
+ * state_dict order) as F32, num_batches_tracked as an I64 scalar as PyTorch
+ * stores it, and the metadata; atomically (the old file survives a
+ * failure). */
+cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
+                             const cl_ckpt_kv *meta, int n_meta);
+
+typedef enum cl_ckpt_mode {
+    /* Every tensor of g present with its shape, no tensor the graph lacks:
+     * for eval, predict and resume. */
+    CL_CKPT_STRICT = 0,
+    /* Fine-tuning: as strict, except that head tensors (CL_PARAM_HEAD)
+     * whose shape differs (another num_classes) keep their fresh
+     * initialisation and are reported. */
+    CL_CKPT_PRETRAINED = 1
+} cl_ckpt_mode;
+
+typedef struct cl_ckpt_load_report {
+    int loaded;       /* tensors copied into g */
+    int head_skipped; /* head tensors left as initialised */
+    /* "fc.weight (1000, 2048) in the file, (10, 2048) in the model; ..." */
+    char head_note[512];
+} cl_ckpt_load_report;
+
+/* Copies the file's tensors into g's arenas by name.  Refuses, naming the
+ * tensors (up to 8 listed, then a count): names the model lacks, tensors the
+ * file lacks, shape mismatches, non-float data.  On failure g is unchanged. */
+cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
+                             cl_ckpt_load_report *rep);
+
+/* The training state: every optimizer state arena per parameter as
+ * "<param>.<state>" (PyTorch's names: momentum_buffer, exp_avg,
+ * exp_avg_sq), the per-segment step counters (segments in graph order) and
+ * metadata (step, epoch, loader position, seed... as the caller gives). */
+cl_status cl_ckpt_save_state(const char *path, const cl_graph *g,
+                             const cl_optim *opt, const cl_ckpt_kv *meta,
+                             int n_meta);
+/* Restores what cl_ckpt_save_state wrote into opt (built for the same
+ * graph); refuses a file for another model or optimizer, naming why. */
+cl_status cl_ckpt_load_state(const char *path, const cl_graph *g,
+                             cl_optim *opt);
+
+/* Reads metadata `key` of a safetensors file into buf ("" if absent). */
+cl_status cl_ckpt_read_meta(const char *path, const char *key, char *buf,
+                            size_t n);
+
+#endif

@@ -1,0 +1,89 @@
+/* Evaluation loop: padded last batch, exact-once counting, rank reduction. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+#include "train/evaluate.h"
+
+double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n,
+                      int k)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * k;
+        double mx = z[0];
+        for (int j = 1; j < k; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        double se = 0;
+        for (int j = 0; j < k; j++)
+            se += exp(z[j] - mx);
+        sum += log(se) + mx - z[labels[i]];
+    }
+    return sum;
+}
+
+cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m,
+                      cl_dist *d, cl_eval_features_fn on_features, void *ctx)
+{
+    cl_graph *g = be->g;
+    const int N = g->batch, K = g->num_classes;
+    const cl_gtensor *in = &g->tensors[g->input];
+    const size_t per = (size_t)(in->shape.d[1] * in->shape.d[2] *
+                                in->shape.d[3]);
+    int dim = 0;
+    if (on_features && g->features >= 0)
+        dim = (int)g->tensors[g->features].shape.d[1];
+    float *xpad = cl_alloc((size_t)N * per * sizeof(float), "eval batch");
+    float *logits = cl_alloc((size_t)N * K * sizeof(float), "eval logits");
+    float *feat = dim ? cl_alloc((size_t)N * dim * sizeof(float), "features")
+                      : NULL;
+    cl_status s = CL_OK;
+    if (!xpad || !logits || (dim && !feat)) {
+        s = CL_ERR_NOMEM;
+        goto fail;
+    }
+    if ((s = cl_loader_start_epoch(ld, 0)) != CL_OK)
+        goto fail;
+    for (;;) {
+        cl_batch b;
+        if ((s = cl_loader_next(ld, &b)) != CL_OK)
+            goto fail;
+        if (b.n == 0)
+            break;
+        const float *x = b.x;
+        if (b.n < N) {
+            /* The graph is static: pad with zeros; BN in inference mode
+             * treats samples independently, so padding changes nothing. */
+            memcpy(xpad, b.x, (size_t)b.n * per * sizeof(float));
+            memset(xpad + (size_t)b.n * per, 0,
+                   (size_t)(N - b.n) * per * sizeof(float));
+            x = xpad;
+        }
+        if ((s = cl_backend_set_input(be, x, NULL, NULL)) != CL_OK ||
+            (s = cl_backend_forward(be, 0, NULL)) != CL_OK ||
+            (s = cl_backend_read(be, g->logits, logits)) != CL_OK)
+            goto fail;
+        double loss = cl_eval_ce_sum(logits, b.labels, b.n, K);
+        if ((s = cl_metrics_add(m, logits, b.labels, b.n, loss)) != CL_OK)
+            goto fail;
+        if (dim) {
+            if ((s = cl_backend_read(be, g->features, feat)) != CL_OK)
+                goto fail;
+            for (int i = 0; i < b.n; i++)
+                on_features(ctx, b.indices[i], feat + (size_t)i * dim, dim,
+                            logits + (size_t)i * K, K);
+        }
+    }
+    if (d && d->size > 1) {
+        if ((s = cl_dist_allreduce_sum_i64(d, m->counts, m->n_counts)) !=
+                CL_OK ||
+            (s = cl_dist_allreduce_sum_f64(d, &m->loss_sum, 1)) != CL_OK)
+            goto fail;
+    }
+fail:
+    cl_free(xpad);
+    cl_free(logits);
+    cl_free(feat);
+    return s;
+}

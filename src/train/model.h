@@ -1,0 +1,34 @@
+/* A trained model opened from its checkpoint for inference: the graph
+ * rebuilt from the metadata, the weights loaded, the backend planned, and
+ * the preprocessing the run used. */
+#ifndef CL_TRAIN_MODEL_H
+#define CL_TRAIN_MODEL_H
+
+#include "backend/backend.h"
+#include "data/data.h"
+#include "io/config.h"
+#include "models/resnet.h"
+
+typedef struct cl_model {
+    cl_config cfg; /* the training config stored in the checkpoint */
+    cl_resnet_config arch;
+    int in_c, side, num_classes;
+    char **class_names; /* num_classes names ("" when unknown) */
+    cl_graph g;
+    int graph_ready;
+    cl_backend *be;
+} cl_model;
+
+/* Opens ckpt for batches of `batch`.  m->cfg is the stored training
+ * config; a caller may change it afterwards (e.g. data_dir on another
+ * machine).  Messages name the checkpoint and the metadata field at
+ * fault. */
+cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
+                        const char *backend, cl_plan_mode mode, int threads);
+void cl_model_close(cl_model *m);
+
+/* The eval transforms for src_h x src_w images (0 x 0: variable sizes). */
+cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
+                              cl_transform_opts *out);
+
+#endif

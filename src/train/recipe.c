@@ -1,0 +1,203 @@
+/* Translation of a run configuration into component options. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "train/recipe.h"
+
+static const char *dataset_format(int d)
+{
+    switch (d) {
+    case CL_CFG_DATASET_FASHION_MNIST:
+        return "fashion_mnist";
+    case CL_CFG_DATASET_MNIST:
+        return "mnist";
+    case CL_CFG_DATASET_CIFAR10:
+        return "cifar10";
+    case CL_CFG_DATASET_CIFAR100:
+        return "cifar100";
+    default:
+        return "imagefolder";
+    }
+}
+
+cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
+                            char *dir_buf, size_t n, cl_dataset_spec *spec)
+{
+    *spec = cl_dataset_spec_default();
+    spec->format = dataset_format(cfg->dataset);
+    spec->path = cfg->data_dir[0] ? cfg->data_dir : NULL;
+    spec->usage = usage;
+    spec->on_bad_image = cfg->on_bad_image == CL_CFG_BAD_IMAGE_SKIP
+                             ? CL_BAD_IMAGE_SKIP
+                             : CL_BAD_IMAGE_FAIL;
+    spec->num_classes = cfg->num_classes;
+    if (cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER) {
+        const char *split =
+            usage == CL_USAGE_TRAIN ? cfg->train_split : cfg->val_split;
+        if (!cfg->data_dir[0])
+            return cl_error(CL_ERR_CONFIG,
+                            "dataset imagefolder needs data_dir (a folder "
+                            "with %s/<class>/<image> inside)",
+                            split);
+        if ((size_t)snprintf(dir_buf, n, "%s/%s", cfg->data_dir, split) >= n)
+            return cl_error(CL_ERR_CONFIG, "data_dir '%s' is too long",
+                            cfg->data_dir);
+        spec->path = dir_buf;
+        spec->usage = CL_USAGE_ALL;
+        spec->class_indexing =
+            cfg->class_indexing[0] ? cfg->class_indexing : NULL;
+    }
+    return CL_OK;
+}
+
+cl_status cl_recipe_input(const cl_config *cfg, const cl_dataset *ds, int *c,
+                          int *side)
+{
+    int h = 0, w = 0, dc = 0;
+    cl_dataset_image_dims(ds, &h, &w, &dc);
+    *c = cfg->in_channels > 0 ? cfg->in_channels : (dc > 0 ? dc : 3);
+    *side = cfg->image_size > 0 ? cfg->image_size : h;
+    if (*side <= 0)
+        return cl_error(CL_ERR_CONFIG,
+                        "image_size must be set for dataset %s (its images "
+                        "have no common size)",
+                        cl_dataset_format(ds));
+    return CL_OK;
+}
+
+static void norm_of(const cl_config *cfg, int c, cl_transform_opts *o)
+{
+    if (cfg->n_mean == 0)
+        return;
+    o->normalize = 1;
+    /* One value serves every channel (gray datasets repeated to RGB). */
+    for (int i = 0; i < 3; i++) {
+        int k = i < cfg->n_mean ? i : 0;
+        o->mean[i] = (float)cfg->mean[k];
+        o->std[i] = (float)cfg->std[k < cfg->n_std ? k : 0];
+    }
+    (void)c;
+}
+
+cl_status cl_recipe_transforms(const cl_config *cfg, int h, int w, int c,
+                               int side, int train, cl_transform_opts *out)
+{
+    cl_transform_opts o;
+    memset(&o, 0, sizeof o);
+    o.out_c = c;
+    o.out_h = side;
+    o.out_w = side;
+    int native = h == side && w == side;
+    if (train && cfg->random_resized_crop) {
+        o.random_resized_crop = 1;
+        o.rrc_scale[0] = (float)(cfg->n_scale ? cfg->scale[0] : 0.08);
+        o.rrc_scale[1] = (float)(cfg->n_scale ? cfg->scale[1] : 1.0);
+        o.rrc_ratio[0] = (float)(cfg->n_ratio ? cfg->ratio[0] : 0.75);
+        o.rrc_ratio[1] = (float)(cfg->n_ratio ? cfg->ratio[1] : 4.0 / 3.0);
+    } else if (train && cfg->random_crop_padding > 0 && native) {
+        o.random_crop = 1;
+        o.random_crop_pad = cfg->random_crop_padding;
+    } else if (!native) {
+        if (h == 0 || cfg->random_resized_crop) {
+            /* Folders of images: resize the shorter side, crop the centre
+             * (torchvision's eval: Resize(side / crop_pct) +
+             * CenterCrop(side)). */
+            double pct = cfg->crop_pct > 0 ? cfg->crop_pct : 0.875;
+            o.resize = (int)(side / pct + 0.5);
+            o.center_crop = 1;
+        } else {
+            o.resize_h = side;
+            o.resize_w = side;
+        }
+    }
+    if (train) {
+        o.hflip_prob = (float)cfg->hflip;
+        if (cfg->n_color_jitter > 0) {
+            o.brightness = (float)cfg->color_jitter[0];
+            o.contrast = (float)cfg->color_jitter[cfg->n_color_jitter > 1];
+            o.saturation =
+                (float)cfg->color_jitter[cfg->n_color_jitter > 2 ? 2 : 0];
+        }
+        o.erase_prob = (float)cfg->re_prob;
+        if (o.erase_prob > 0) {
+            o.erase_scale[0] = 0.02f;
+            o.erase_scale[1] = 0.33f;
+            o.erase_ratio[0] = 0.3f;
+            o.erase_ratio[1] = 3.3f;
+        }
+    }
+    if (o.random_resized_crop == 0 && o.rrc_scale[0] == 0) {
+        o.rrc_scale[0] = 0.08f;
+        o.rrc_scale[1] = 1.0f;
+        o.rrc_ratio[0] = 0.75f;
+        o.rrc_ratio[1] = 4.0f / 3.0f;
+    }
+    norm_of(cfg, c, &o);
+    *out = o;
+    return CL_OK;
+}
+
+cl_status cl_recipe_model(const cl_config *cfg, int in_channels,
+                          int num_classes, cl_resnet_config *out)
+{
+    static const int depth[] = {18, 34, 50, 101, 152};
+    cl_resnet_config r = cl_resnet_config_default();
+    if (cfg->model < 0 || cfg->model > 4)
+        return cl_error(CL_ERR_CONFIG, "model index %d is unknown",
+                        cfg->model);
+    r.depth = depth[cfg->model];
+    r.stem = cfg->stem == CL_CFG_STEM_CIFAR ? CL_STEM_CIFAR : CL_STEM_IMAGENET;
+    r.in_channels = in_channels;
+    r.num_classes = num_classes;
+    r.zero_init_residual = cfg->zero_init_residual;
+    CL_TRY(cl_resnet_check_config(&r));
+    *out = r;
+    return CL_OK;
+}
+
+cl_status cl_recipe_optim(const cl_config *cfg, cl_optim_config *out)
+{
+    cl_optim_config o = cl_optim_config_default();
+    o.kind = cfg->opt == CL_CFG_OPT_ADAMW ? CL_OPT_ADAMW : CL_OPT_SGD;
+    o.momentum = cfg->opt == CL_CFG_OPT_SGD && cfg->momentum == 0
+                     ? 0.0
+                     : cfg->momentum;
+    o.nesterov = cfg->nesterov;
+    o.weight_decay = cfg->weight_decay;
+    o.filter_bias_and_bn = cfg->filter_bias_and_bn;
+    o.beta1 = cfg->beta1;
+    o.beta2 = cfg->beta2;
+    o.eps = cfg->eps;
+    o.backbone_lr_mult = cfg->backbone_lr_mult;
+    o.freeze_backbone = cfg->freeze_backbone;
+    *out = o;
+    return CL_OK;
+}
+
+cl_status cl_recipe_lr(const cl_config *cfg, int64_t steps_per_epoch,
+                       int global_batch, cl_lr_config *out)
+{
+    cl_lr_config l = cl_lr_config_default();
+    double scale = 1.0;
+    if (cfg->lr_scale == CL_CFG_LR_SCALE_LINEAR)
+        scale = global_batch / 256.0;
+    l.kind = cfg->scheduler == CL_CFG_SCHED_MULTI_STEP ? CL_LR_MULTI_STEP
+             : cfg->scheduler == CL_CFG_SCHED_CONSTANT ? CL_LR_CONSTANT
+                                                       : CL_LR_COSINE;
+    l.lr = cfg->lr * scale;
+    l.min_lr = cfg->min_lr; /* a floor, not scaled (docs/training.md) */
+    l.warmup_epochs = cfg->warmup_epochs;
+    l.warmup_factor = cfg->warmup_factor;
+    l.decay_epochs = cfg->decay_epochs;
+    l.n_milestones = cfg->n_milestones;
+    for (int i = 0; i < cfg->n_milestones && i < CL_LR_MAX_MILESTONES; i++)
+        l.milestones[i] = cfg->milestones[i];
+    l.decay_rate = cfg->decay_rate;
+    l.epochs = cfg->epoch_size;
+    l.steps_per_epoch = steps_per_epoch;
+    l.lr_epoch_stair = cfg->lr_epoch_stair;
+    CL_TRY(cl_lr_validate(&l));
+    *out = l;
+    return CL_OK;
+}

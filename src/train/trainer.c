@@ -1,0 +1,741 @@
+/* The training loop, top to bottom: set up data, model, backend, optimizer
+ * and schedule from the config; then for every step load a batch, run
+ * forward and backward, average gradients over ranks, step the optimizer;
+ * around it the monitors, metrics log, checkpoints and evaluation. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "graph/graph.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "io/strbuf.h"
+#include "models/resnet.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+/* Everything one run owns; released by run_free in reverse order. */
+typedef struct run {
+    const cl_config *cfg;
+    cl_dist *d;
+    const cl_logger *lg;
+    int root;
+    cl_dataset *train_ds, *val_ds;
+    cl_transforms *train_tf, *val_tf;
+    cl_loader *train_ld, *val_ld;
+    cl_graph g;
+    int graph_ready;
+    cl_resnet_config model;
+    cl_backend *be;
+    cl_dist_grad_sync *sync;
+    cl_optim opt;
+    cl_optim_segment *segs;
+    int n_segs;
+    cl_lr_config lr;
+    cl_metrics val;
+    float *acc; /* gradient accumulation arena, or NULL */
+    FILE *jsonl;
+    cl_strbuf line;
+    char *config_yaml;
+    char **ckpts; /* rotation ring of written step checkpoints */
+    int n_ckpts;
+    int in_c, side;
+    int64_t steps_per_epoch;
+} run;
+
+static void run_free(run *r)
+{
+    if (r->jsonl)
+        fclose(r->jsonl);
+    cl_strbuf_free(&r->line);
+    for (int i = 0; i < r->n_ckpts; i++)
+        free(r->ckpts[i]);
+    free(r->ckpts);
+    free(r->config_yaml);
+    cl_free(r->acc);
+    cl_metrics_free(&r->val);
+    cl_optim_destroy(&r->opt);
+    cl_free(r->segs);
+    cl_dist_grad_sync_free(r->sync);
+    cl_backend_destroy(r->be);
+    if (r->graph_ready)
+        cl_graph_free(&r->g);
+    cl_loader_destroy(r->train_ld);
+    cl_loader_destroy(r->val_ld);
+    cl_transforms_destroy(r->train_tf);
+    cl_transforms_destroy(r->val_tf);
+    cl_dataset_close(r->train_ds);
+    cl_dataset_close(r->val_ds);
+}
+
+static cl_status make_dirs(const char *path)
+{
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return cl_error(CL_ERR_ARG, "path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return cl_error(CL_ERR_IO, "%s: cannot create folder: %s", buf,
+                            strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return cl_error(CL_ERR_IO, "%s: cannot create folder: %s", buf,
+                        strerror(errno));
+    return CL_OK;
+}
+
+/* ---- set-up ---------------------------------------------------------- */
+
+static cl_status open_data(run *r)
+{
+    const cl_config *c = r->cfg;
+    char dir[2][CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    CL_TRY(cl_recipe_dataset(c, CL_USAGE_TRAIN, dir[0], sizeof dir[0],
+                             &spec));
+    CL_TRY(cl_dataset_open(&r->train_ds, &spec));
+    CL_TRY(cl_recipe_input(c, r->train_ds, &r->in_c, &r->side));
+    cl_transform_opts to;
+    int h = 0, w = 0, dc = 0;
+    cl_dataset_image_dims(r->train_ds, &h, &w, &dc);
+    CL_TRY(cl_recipe_transforms(c, h, w, r->in_c, r->side, 1, &to));
+    CL_TRY(cl_transforms_create(&r->train_tf, &to));
+    int k = c->num_classes > 0 ? c->num_classes
+                               : cl_dataset_num_classes(r->train_ds);
+    cl_loader_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.dataset = r->train_ds;
+    lo.tf = r->train_tf;
+    lo.batch_size = c->batch_size;
+    lo.shuffle = c->shuffle;
+    lo.seed = (uint64_t)c->seed;
+    lo.num_shards = r->d ? r->d->size : 1;
+    lo.shard_id = r->d ? r->d->rank : 0;
+    /* The graph is static in the batch size: training always drops the
+     * last partial batch (a different one each epoch when shuffling). */
+    lo.drop_remainder = 1;
+    lo.workers = c->num_parallel_workers;
+    lo.prefetch = c->prefetch;
+    lo.mixup_alpha = (float)c->mixup;
+    lo.cutmix_alpha = (float)c->cutmix;
+    lo.mix_prob = (float)c->mixup_prob;
+    lo.num_classes = k;
+    lo.limit = c->limit_train;
+    CL_TRY(cl_loader_create(&r->train_ld, &lo));
+    if (c->val_interval <= 0)
+        return CL_OK;
+    CL_TRY(cl_recipe_dataset(c, CL_USAGE_TEST, dir[1], sizeof dir[1], &spec));
+    CL_TRY(cl_dataset_open(&r->val_ds, &spec));
+    if (cl_dataset_num_classes(r->val_ds) != cl_dataset_num_classes(
+                                                 r->train_ds))
+        return cl_error(CL_ERR_CONFIG,
+                        "the validation split has %d classes, the training "
+                        "split %d",
+                        cl_dataset_num_classes(r->val_ds),
+                        cl_dataset_num_classes(r->train_ds));
+    cl_dataset_image_dims(r->val_ds, &h, &w, &dc);
+    CL_TRY(cl_recipe_transforms(c, h, w, r->in_c, r->side, 0, &to));
+    CL_TRY(cl_transforms_create(&r->val_tf, &to));
+    lo.dataset = r->val_ds;
+    lo.tf = r->val_tf;
+    lo.shuffle = 0;
+    lo.drop_remainder = 0; /* every sample counted once, see evaluate.h */
+    lo.mixup_alpha = lo.cutmix_alpha = 0;
+    lo.limit = c->limit_val;
+    CL_TRY(cl_loader_create(&r->val_ld, &lo));
+    return CL_OK;
+}
+
+static cl_status build_model(run *r)
+{
+    const cl_config *c = r->cfg;
+    int k = c->num_classes > 0 ? c->num_classes
+                               : cl_dataset_num_classes(r->train_ds);
+    CL_TRY(cl_recipe_model(c, r->in_c, k, &r->model));
+    CL_TRY(cl_graph_init(&r->g, c->batch_size));
+    r->graph_ready = 1;
+    int soft = c->mixup > 0 || c->cutmix > 0;
+    CL_TRY(cl_resnet_build(&r->g, &r->model, r->side, r->side, soft,
+                           (float)c->label_smoothing));
+    CL_TRY(cl_resnet_init(&r->g, &r->model, (uint64_t)c->seed));
+    if (c->pretrained[0] && !c->resume[0]) {
+        cl_ckpt_load_report rep;
+        CL_TRY(cl_error_wrap(
+            cl_ckpt_load_model(c->pretrained, &r->g, CL_CKPT_PRETRAINED,
+                               &rep),
+            "pretrained weights: "));
+        cl_log(r->lg, CL_LOG_INFO,
+               "pretrained: %d tensors loaded from %s; training starts at "
+               "step 0 with a fresh optimizer",
+               rep.loaded, c->pretrained);
+        if (rep.head_skipped)
+            cl_log(r->lg, CL_LOG_WARN,
+                   "pretrained: the head is re-initialised for %d classes "
+                   "(%s)",
+                   k, rep.head_note);
+    }
+    return CL_OK;
+}
+
+static cl_status make_optimizer(run *r)
+{
+    const cl_config *c = r->cfg;
+    cl_graph *g = &r->g;
+    int n = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        n += g->tensors[t].kind == CL_GT_PARAM;
+    r->segs = cl_alloc((size_t)n * sizeof *r->segs, "optimizer segments");
+    if (!r->segs)
+        return CL_ERR_NOMEM;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (gt->kind != CL_GT_PARAM)
+            continue;
+        r->segs[r->n_segs].offset = gt->offset;
+        r->segs[r->n_segs].n = (size_t)cl_shape_numel(&gt->shape);
+        r->segs[r->n_segs].flags = gt->param_flags;
+        r->n_segs++;
+    }
+    cl_optim_config oc;
+    CL_TRY(cl_recipe_optim(c, &oc));
+    CL_TRY(cl_optim_create(&r->opt, &oc, r->segs, r->n_segs,
+                           g->n_param_floats));
+    int ranks = r->d ? r->d->size : 1;
+    int accum = c->accumulation_steps > 0 ? c->accumulation_steps : 1;
+    r->steps_per_epoch = cl_loader_batches_per_epoch(r->train_ld) / accum;
+    if (r->steps_per_epoch < 1)
+        return cl_error(CL_ERR_CONFIG,
+                        "an epoch has %lld batches of %d, fewer than "
+                        "accumulation_steps %d: use a smaller batch_size",
+                        (long long)cl_loader_batches_per_epoch(r->train_ld),
+                        c->batch_size, accum);
+    CL_TRY(cl_recipe_lr(c, r->steps_per_epoch, c->batch_size * ranks * accum,
+                        &r->lr));
+    if (accum > 1) {
+        r->acc = cl_alloc_zero(g->n_param_floats * sizeof(float),
+                               "gradient accumulation");
+        if (!r->acc)
+            return CL_ERR_NOMEM;
+    }
+    return CL_OK;
+}
+
+/* ---- checkpoints ----------------------------------------------------- */
+
+static cl_status class_names_json(const cl_dataset *ds, int k, cl_strbuf *b)
+{
+    CL_TRY(cl_strbuf_addc(b, '['));
+    for (int i = 0; i < k; i++) {
+        const char *n = i < cl_dataset_num_classes(ds)
+                            ? cl_dataset_class_name(ds, i)
+                            : "";
+        if (i)
+            CL_TRY(cl_strbuf_addc(b, ','));
+        CL_TRY(cl_strbuf_add_json_str(b, n, strlen(n)));
+    }
+    return cl_strbuf_addc(b, ']');
+}
+
+static cl_status save_model(run *r, const char *path, int64_t epoch,
+                            int64_t step)
+{
+    char depth[32], inc[16], ncls[16], side[16], ep[32], st[32];
+    char mean[96] = "", stdv[96] = "";
+    cl_strbuf names;
+    cl_strbuf_init(&names);
+    cl_status s = class_names_json(r->train_ds, r->g.num_classes, &names);
+    if (s != CL_OK)
+        goto fail;
+    snprintf(depth, sizeof depth, "resnet%d", r->model.depth);
+    snprintf(inc, sizeof inc, "%d", r->in_c);
+    snprintf(ncls, sizeof ncls, "%d", r->g.num_classes);
+    snprintf(side, sizeof side, "%d", r->side);
+    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
+    snprintf(st, sizeof st, "%lld", (long long)step);
+    const cl_transform_opts *to = cl_transforms_opts(r->train_tf);
+    if (to->normalize) {
+        snprintf(mean, sizeof mean, "%.6g,%.6g,%.6g", to->mean[0],
+                 to->mean[1], to->mean[2]);
+        snprintf(stdv, sizeof stdv, "%.6g,%.6g,%.6g", to->std[0], to->std[1],
+                 to->std[2]);
+    }
+    cl_ckpt_kv meta[] = {
+        {CL_META_ARCH, depth},
+        {CL_META_STEM, cl_resnet_stem_name(r->model.stem)},
+        {CL_META_IN_CHANNELS, inc},
+        {CL_META_NUM_CLASSES, ncls},
+        {CL_META_IMAGE_SIZE, side},
+        {CL_META_CLASS_NAMES, cl_strbuf_str(&names)},
+        {CL_META_MEAN, mean},
+        {CL_META_STD, stdv},
+        {CL_META_EPOCH, ep},
+        {CL_META_STEP, st},
+        {CL_META_DATASET, cl_dataset_format(r->train_ds)},
+        {CL_META_VERSION, cl_version()},
+        {CL_META_CONFIG, r->config_yaml},
+    };
+    s = cl_ckpt_save_model(path, &r->g, meta,
+                           (int)(sizeof meta / sizeof meta[0]));
+fail:
+    cl_strbuf_free(&names);
+    return s;
+}
+
+static void state_path(const char *model_path, char *buf, size_t n)
+{
+    size_t len = strlen(model_path);
+    const char *ext = ".safetensors";
+    size_t el = strlen(ext);
+    if (len > el && strcmp(model_path + len - el, ext) == 0)
+        snprintf(buf, n, "%.*s.state%s", (int)(len - el), model_path, ext);
+    else
+        snprintf(buf, n, "%s.state", model_path);
+}
+
+/* Writes model + training state for resume at (epoch, next batch). */
+static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
+                                 int64_t next_batch, int64_t step)
+{
+    char sp[1024], ep[32], nb[32], st[32], seed[32];
+    CL_TRY(save_model(r, path, epoch, step));
+    state_path(path, sp, sizeof sp);
+    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
+    snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
+    snprintf(st, sizeof st, "%lld", (long long)step);
+    snprintf(seed, sizeof seed, "%d", r->cfg->seed);
+    cl_ckpt_kv meta[] = {{"epoch", ep},
+                         {"next_batch", nb},
+                         {"step", st},
+                         {"seed", seed},
+                         {"model_file", path}};
+    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta, 5);
+}
+
+static void remove_checkpoint(const char *path)
+{
+    char sp[1024];
+    state_path(path, sp, sizeof sp);
+    unlink(path);
+    unlink(sp);
+}
+
+/* Keeps at most keep_checkpoint_max step checkpoints (0: all). */
+static cl_status rotate(run *r, const char *path)
+{
+    char **ring = realloc(r->ckpts, (size_t)(r->n_ckpts + 1) * sizeof *ring);
+    if (!ring)
+        return cl_error(CL_ERR_NOMEM, "checkpoint list");
+    r->ckpts = ring;
+    r->ckpts[r->n_ckpts] = strdup(path);
+    if (!r->ckpts[r->n_ckpts])
+        return cl_error(CL_ERR_NOMEM, "checkpoint list");
+    r->n_ckpts++;
+    int keep = r->cfg->keep_checkpoint_max;
+    while (keep > 0 && r->n_ckpts > keep) {
+        remove_checkpoint(r->ckpts[0]);
+        free(r->ckpts[0]);
+        memmove(r->ckpts, r->ckpts + 1, (size_t)(r->n_ckpts - 1) *
+                                            sizeof *r->ckpts);
+        r->n_ckpts--;
+    }
+    return CL_OK;
+}
+
+static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
+{
+    const char *path = r->cfg->resume;
+    char sp[1024], buf[64];
+    CL_TRY(cl_error_wrap(
+        cl_ckpt_load_model(path, &r->g, CL_CKPT_STRICT, NULL), "resume: "));
+    state_path(path, sp, sizeof sp);
+    if (access(sp, R_OK) != 0)
+        return cl_error(CL_ERR_IO,
+                        "resume: %s has no training state beside it (%s); "
+                        "to start a new run from these weights use "
+                        "--pretrained",
+                        path, sp);
+    CL_TRY(cl_error_wrap(cl_ckpt_load_state(sp, &r->g, &r->opt), "resume: "));
+    CL_TRY(cl_ckpt_read_meta(sp, "epoch", buf, sizeof buf));
+    *epoch = strtoll(buf, NULL, 10);
+    CL_TRY(cl_ckpt_read_meta(sp, "next_batch", buf, sizeof buf));
+    *batch = strtoll(buf, NULL, 10);
+    CL_TRY(cl_ckpt_read_meta(sp, "step", buf, sizeof buf));
+    *step = strtoll(buf, NULL, 10);
+    if (*batch >= cl_loader_batches_per_epoch(r->train_ld)) {
+        (*epoch)++;
+        *batch = 0;
+    }
+    cl_log(r->lg, CL_LOG_INFO,
+           "resumed from %s: epoch %lld, batch %lld, step %lld", path,
+           (long long)*epoch + 1, (long long)*batch, (long long)*step);
+    return CL_OK;
+}
+
+/* ---- monitors -------------------------------------------------------- */
+
+static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
+                       double avg, double lr, double ips, double ms,
+                       double wait)
+{
+    if (!r->jsonl)
+        return;
+    cl_strbuf *b = &r->line;
+    b->len = 0;
+    cl_strbuf_addf(b, "{\"kind\":\"train\",\"step\":%lld,\"epoch\":%lld,",
+                   (long long)step, (long long)epoch);
+    cl_strbuf_adds(b, "\"loss\":");
+    cl_strbuf_add_json_num(b, loss);
+    cl_strbuf_adds(b, ",\"loss_avg\":");
+    cl_strbuf_add_json_num(b, avg);
+    cl_strbuf_adds(b, ",\"lr\":");
+    cl_strbuf_add_json_num(b, lr);
+    cl_strbuf_adds(b, ",\"img_s\":");
+    cl_strbuf_add_json_num(b, ips);
+    cl_strbuf_adds(b, ",\"step_ms\":");
+    cl_strbuf_add_json_num(b, ms);
+    cl_strbuf_adds(b, ",\"data_wait\":");
+    cl_strbuf_add_json_num(b, wait);
+    cl_strbuf_adds(b, "}\n");
+    fputs(cl_strbuf_str(b), r->jsonl);
+    fflush(r->jsonl);
+}
+
+static void jsonl_eval(run *r, int64_t step, int64_t epoch, double epoch_s)
+{
+    if (!r->jsonl)
+        return;
+    cl_strbuf *b = &r->line;
+    b->len = 0;
+    cl_strbuf_addf(b, "{\"kind\":\"eval\",\"step\":%lld,\"epoch\":%lld,",
+                   (long long)step, (long long)epoch);
+    cl_strbuf_adds(b, "\"val_top1\":");
+    cl_strbuf_add_json_num(b, cl_metrics_top1(&r->val));
+    cl_strbuf_adds(b, ",\"val_top5\":");
+    cl_strbuf_add_json_num(b, cl_metrics_topk(&r->val));
+    cl_strbuf_adds(b, ",\"val_loss\":");
+    cl_strbuf_add_json_num(b, cl_metrics_loss(&r->val));
+    cl_strbuf_addf(b, ",\"val_samples\":%lld,\"epoch_s\":",
+                   (long long)cl_metrics_count(&r->val));
+    cl_strbuf_add_json_num(b, epoch_s);
+    cl_strbuf_adds(b, "}\n");
+    fputs(cl_strbuf_str(b), r->jsonl);
+    fflush(r->jsonl);
+}
+
+static void fmt_duration(double s, char *buf, size_t n)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+/* ---- the loop -------------------------------------------------------- */
+
+static cl_status write_run_files(run *r)
+{
+    const cl_config *c = r->cfg;
+    char path[1024];
+    cl_strbuf y;
+    cl_strbuf_init(&y);
+    CL_TRY(cl_config_format_yaml(c, &y));
+    r->config_yaml = strdup(cl_strbuf_str(&y));
+    cl_strbuf_free(&y);
+    if (!r->config_yaml)
+        return cl_error(CL_ERR_NOMEM, "config text");
+    if (!r->root)
+        return CL_OK;
+    CL_TRY(make_dirs(c->ckpt_save_dir));
+    snprintf(path, sizeof path, "%s/config.yaml", c->ckpt_save_dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return cl_error(CL_ERR_IO, "%s: cannot write: %s", path,
+                        strerror(errno));
+    fprintf(f, "# resolved by classic %s; seed %d; %d process(es)\n",
+            cl_version(), c->seed, r->d ? r->d->size : 1);
+    fputs(r->config_yaml, f);
+    if (fclose(f) != 0)
+        return cl_error(CL_ERR_IO, "%s: write failed", path);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->ckpt_save_dir);
+    /* Appending keeps the curves of a resumed run in one file. */
+    r->jsonl = fopen(path, c->resume[0] ? "a" : "w");
+    if (!r->jsonl)
+        return cl_error(CL_ERR_IO, "%s: cannot write: %s", path,
+                        strerror(errno));
+    return CL_OK;
+}
+
+static cl_status run_eval(run *r, int64_t epoch, int64_t step,
+                          double epoch_s, cl_train_result *res)
+{
+    cl_metrics_reset(&r->val);
+    CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, NULL, NULL));
+    double top1 = cl_metrics_top1(&r->val);
+    cl_log(r->lg, CL_LOG_INFO,
+           "epoch %lld eval: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
+           "(%lld samples)",
+           (long long)epoch + 1, 100 * top1, 100 * cl_metrics_topk(&r->val),
+           cl_metrics_loss(&r->val), (long long)cl_metrics_count(&r->val));
+    jsonl_eval(r, step, epoch + 1, epoch_s);
+    res->val_top1 = top1;
+    res->val_top5 = cl_metrics_topk(&r->val);
+    res->val_loss = cl_metrics_loss(&r->val);
+    if (isnan(res->best_top1) || top1 > res->best_top1) {
+        res->best_top1 = top1;
+        if (r->root) {
+            snprintf(res->best_ckpt, sizeof res->best_ckpt,
+                     "%s/resnet%d-best.safetensors", r->cfg->ckpt_save_dir,
+                     r->model.depth);
+            CL_TRY(save_model(r, res->best_ckpt, epoch + 1, step));
+        }
+    }
+    return CL_OK;
+}
+
+cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
+                       cl_train_result *res)
+{
+    run r;
+    cl_status s;
+    memset(&r, 0, sizeof r);
+    memset(res, 0, sizeof *res);
+    res->val_top1 = res->val_top5 = res->val_loss = res->best_top1 = NAN;
+    r.cfg = cfg;
+    r.d = d && d->size > 1 ? d : NULL;
+    r.lg = lg;
+    r.root = !d || d->rank == 0;
+    cl_strbuf_init(&r.line);
+
+    if ((s = open_data(&r)) != CL_OK || (s = build_model(&r)) != CL_OK ||
+        (s = make_optimizer(&r)) != CL_OK ||
+        (s = cl_metrics_init(&r.val, r.g.num_classes)) != CL_OK ||
+        (s = write_run_files(&r)) != CL_OK)
+        goto fail;
+
+    int64_t epoch0 = 0, batch0 = 0, step = 0;
+    if (cfg->resume[0] && (s = resume(&r, &epoch0, &batch0, &step)) != CL_OK)
+        goto fail;
+    /* Every rank starts from rank 0's weights. */
+    if (r.d && (s = cl_dist_broadcast_graph(r.d, &r.g, 0)) != CL_OK)
+        goto fail;
+
+    cl_backend_opts bo = {cfg->threads, cfg->amp_level};
+    const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref"
+                                                             : "onednn";
+    if ((s = cl_backend_create(&r.be, backend, &r.g, CL_PLAN_TRAIN, &bo)) !=
+        CL_OK)
+        goto fail;
+    if (r.d) {
+        if ((s = cl_dist_grad_sync_create_graph(&r.sync, r.d, &r.g, NULL)) !=
+            CL_OK)
+            goto fail;
+        r.be->hooks = cl_dist_grad_sync_hooks(r.sync, cfg->sync_bn);
+    } else if (cfg->sync_bn) {
+        cl_log(lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
+    }
+
+    const int accum = cfg->accumulation_steps > 0 ? cfg->accumulation_steps
+                                                  : 1;
+    const int64_t batches = cl_loader_batches_per_epoch(r.train_ld);
+    const int64_t total = r.steps_per_epoch * cfg->epoch_size;
+    const int global_batch = cfg->batch_size * (d ? d->size : 1) * accum;
+    const int tty = r.root && isatty(STDOUT_FILENO);
+    cl_log(lg, CL_LOG_INFO,
+           "training resnet%d (%s stem, %lld parameters) on %s: %lld "
+           "samples, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
+           "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
+           "peak lr %.4g; backend %s",
+           r.model.depth, cl_resnet_stem_name(r.model.stem),
+           (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
+           (long long)cl_dataset_count(r.train_ds), r.in_c, r.side, r.side,
+           r.g.num_classes, (long long)r.steps_per_epoch, cfg->epoch_size,
+           global_batch, cfg->batch_size, d ? d->size : 1, accum, r.lr.lr,
+           backend);
+
+    cl_ema ema;
+    cl_ema_init(&ema, 0.98);
+    double t_start = cl_time_now(), wait0 = cl_loader_wait_seconds(r.train_ld);
+    int64_t imgs = 0;
+    char last_good[640] = "";
+    for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
+        double t_epoch = cl_time_now();
+        int64_t first = epoch == epoch0 ? batch0 : 0;
+        if ((s = cl_loader_seek(r.train_ld, epoch, first)) != CL_OK)
+            goto fail;
+        double t_mark = cl_time_now();
+        double w_mark = cl_loader_wait_seconds(r.train_ld);
+        int64_t imgs_mark = imgs;
+        for (int64_t bi = first; bi < r.steps_per_epoch * accum; bi++) {
+            cl_batch b;
+            if ((s = cl_loader_next(r.train_ld, &b)) != CL_OK)
+                goto fail;
+            if (b.n == 0)
+                break;
+            float loss = 0;
+            if ((s = cl_backend_set_input(r.be, b.x, b.targets ? NULL
+                                                               : b.labels,
+                                          b.targets)) != CL_OK ||
+                (s = cl_backend_forward(r.be, 1, &loss)) != CL_OK)
+                goto fail;
+            if (!isfinite(loss)) {
+                s = cl_error(
+                    CL_ERR_NUMERIC,
+                    "step %lld (epoch %lld): the loss is %s at lr %.4g; "
+                    "training stopped. Lower lr (e.g. --lr %.4g) or set "
+                    "grad_clip_norm; the last good checkpoint is %s",
+                    (long long)step + 1, (long long)epoch + 1,
+                    isnan(loss) ? "NaN" : "infinite",
+                    cl_lr_at(&r.lr, step), r.lr.lr / 10,
+                    last_good[0] ? last_good : "(none written yet)");
+                goto fail;
+            }
+            if ((s = cl_backend_backward(r.be)) != CL_OK)
+                goto fail;
+            if (r.sync && (s = cl_dist_grad_wait(r.sync)) != CL_OK)
+                goto fail;
+            imgs += b.n;
+            cl_ema_add(&ema, loss);
+            if (accum > 1) {
+                for (size_t i = 0; i < r.g.n_param_floats; i++)
+                    r.acc[i] += r.g.grads[i];
+                if ((bi + 1) % accum != 0)
+                    continue;
+                for (size_t i = 0; i < r.g.n_param_floats; i++) {
+                    r.g.grads[i] = r.acc[i] / (float)accum;
+                    r.acc[i] = 0;
+                }
+            }
+            if (cfg->grad_clip_norm > 0) {
+                double norm = cl_optim_clip_grad(&r.opt, r.g.grads,
+                                                 cfg->grad_clip_norm);
+                if (!isfinite(norm)) {
+                    s = cl_error(CL_ERR_NUMERIC,
+                                 "step %lld: the gradient norm is not "
+                                 "finite; lower lr; the last good "
+                                 "checkpoint is %s",
+                                 (long long)step + 1,
+                                 last_good[0] ? last_good : "(none)");
+                    goto fail;
+                }
+            }
+            float lr = cl_lr_at(&r.lr, step);
+            if ((s = cl_optim_step(&r.opt, r.g.params, r.g.grads, lr)) !=
+                    CL_OK ||
+                (s = cl_backend_sync_params(r.be)) != CL_OK)
+                goto fail;
+            step++;
+            int64_t in_epoch = (bi + 1) / accum;
+            if (cfg->per_print_times > 0 &&
+                (step % cfg->per_print_times == 0 ||
+                 in_epoch == r.steps_per_epoch)) {
+                double now = cl_time_now();
+                double dt = now - t_mark;
+                double w = cl_loader_wait_seconds(r.train_ld) - w_mark;
+                double ips = dt > 0 ? (double)(imgs - imgs_mark) / dt : 0;
+                int64_t nsteps = (imgs - imgs_mark) /
+                                 (cfg->batch_size * accum);
+                double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
+                double left = ms * (double)(total - step) / 1000;
+                char eta[32];
+                fmt_duration(left, eta, sizeof eta);
+                if (r.root) {
+                    char msg[320];
+                    snprintf(msg, sizeof msg,
+                             "epoch %lld/%d step %lld/%lld loss %.4f (avg "
+                             "%.4f) lr %.5g | %.1f img/s %.0f ms/step data "
+                             "%.1f%% | ETA %s",
+                             (long long)epoch + 1, cfg->epoch_size,
+                             (long long)in_epoch,
+                             (long long)r.steps_per_epoch, loss,
+                             cl_ema_get(&ema), lr, ips * (d ? d->size : 1),
+                             ms, dt > 0 ? 100 * w / dt : 0, eta);
+                    if (tty)
+                        printf("\r\033[K%s", msg);
+                    else
+                        printf("%s\n", msg);
+                    fflush(stdout);
+                }
+                jsonl_step(&r, step, epoch + 1, loss, cl_ema_get(&ema), lr,
+                           ips * (d ? d->size : 1), ms, dt > 0 ? w / dt : 0);
+                t_mark = now;
+                w_mark = cl_loader_wait_seconds(r.train_ld);
+                imgs_mark = imgs;
+            }
+            if (cfg->ckpt_save_interval > 0 &&
+                step % cfg->ckpt_save_interval == 0 && r.root) {
+                char path[640];
+                snprintf(path, sizeof path,
+                         "%s/resnet%d-e%lld-s%lld.safetensors",
+                         cfg->ckpt_save_dir, r.model.depth,
+                         (long long)epoch + 1, (long long)step);
+                if ((s = save_checkpoint(&r, path, epoch, bi + 1, step)) !=
+                        CL_OK ||
+                    (s = rotate(&r, path)) != CL_OK)
+                    goto fail;
+                snprintf(last_good, sizeof last_good, "%s", path);
+            }
+        }
+        if (tty)
+            printf("\n");
+        double epoch_s = cl_time_now() - t_epoch;
+        char es[32];
+        fmt_duration(epoch_s, es, sizeof es);
+        cl_log(lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %.4f",
+               (long long)epoch + 1, cfg->epoch_size, es, cl_ema_get(&ema));
+        res->epochs = (int)epoch + 1;
+        int last_epoch = epoch + 1 == cfg->epoch_size;
+        if (cfg->ckpt_save_epochs > 0 &&
+            ((epoch + 1) % cfg->ckpt_save_epochs == 0 || last_epoch) &&
+            r.root) {
+            char path[640];
+            snprintf(path, sizeof path, "%s/resnet%d-e%lld.safetensors",
+                     cfg->ckpt_save_dir, r.model.depth, (long long)epoch + 1);
+            if ((s = save_checkpoint(&r, path, epoch, batches, step)) !=
+                    CL_OK ||
+                (s = rotate(&r, path)) != CL_OK)
+                goto fail;
+            snprintf(last_good, sizeof last_good, "%s", path);
+        }
+        if (r.val_ld && ((epoch + 1) % cfg->val_interval == 0 || last_epoch))
+            if ((s = run_eval(&r, epoch, step, epoch_s, res)) != CL_OK)
+                goto fail;
+    }
+    res->seconds = cl_time_now() - t_start;
+    res->steps = step;
+    res->last_loss = cl_ema_get(&ema);
+    res->img_per_s = res->seconds > 0 ? (double)imgs / res->seconds : 0;
+    res->data_wait_share =
+        res->seconds > 0
+            ? (cl_loader_wait_seconds(r.train_ld) - wait0) / res->seconds
+            : 0;
+    if (r.root) {
+        snprintf(res->last_ckpt, sizeof res->last_ckpt,
+                 "%s/resnet%d-last.safetensors", cfg->ckpt_save_dir,
+                 r.model.depth);
+        if ((s = save_checkpoint(&r, res->last_ckpt,
+                                 cfg->epoch_size > 0 ? cfg->epoch_size - 1
+                                                     : 0,
+                                 batches, step)) != CL_OK)
+            goto fail;
+    }
+    s = CL_OK;
+fail:
+    run_free(&r);
+    return s;
+}
