@@ -675,7 +675,7 @@ static cl_status set_scalar(cl_config *c, const key *k, const char *text,
 
 /* A list key from its items (a single scalar is a one-item list). */
 static cl_status set_list(cl_config *c, const key *k, const char *const *items,
-                          int n, const char *loc, const char *whole)
+                          int n, const char *loc)
 {
     char d[200];
     if (n > k->cap || n < k->min_n) {
@@ -701,7 +701,6 @@ static cl_status set_list(cl_config *c, const key *k, const char *const *items,
                 return bad_value(loc, k, items[i], 1);
         }
     }
-    (void)whole;
     if (k->type == T_INTS) {
         int *dst = int_at(c, k);
         memset(dst, 0, (size_t)k->cap * sizeof *dst);
@@ -770,7 +769,7 @@ static cl_status set_text(cl_config *c, const key *k, const char *value,
     int n = split_list(value, items);
     for (int i = 0; i < n && i <= MAX_ITEMS; i++)
         ptrs[i] = items[i];
-    return set_list(c, k, ptrs, n, loc, value);
+    return set_list(c, k, ptrs, n, loc);
 }
 
 /* ---- defaults, overrides, checks ---- */
@@ -933,7 +932,7 @@ static cl_status yvalue(yload *y, cl_config *c, const key *k, const char *loc)
         if (!is_list)
             return set_scalar(c, k, v, quoted, loc);
         const char *one[1] = {v};
-        return set_list(c, k, one, 1, loc, v);
+        return set_list(c, k, one, 1, loc);
     }
     if (y->ev.type == YAML_SEQUENCE_START_EVENT && is_list) {
         char items[MAX_ITEMS][ITEM_LEN];
@@ -958,7 +957,7 @@ static cl_status yvalue(yload *y, cl_config *c, const key *k, const char *loc)
             }
             n++;
         }
-        return set_list(c, k, ptrs, n, loc, "");
+        return set_list(c, k, ptrs, n, loc);
     }
     describe(d, sizeof d, k);
     return cl_error(CL_ERR_CONFIG, "%s: key '%s' expects %s, found %s", loc,
