@@ -42,8 +42,7 @@ static void bench_usage(FILE *f)
             "...` for scripts.\n");
 }
 
-static int parse_int(const char *name, const char *v, int lo, int hi,
-                     int *out)
+static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
 {
     char *end = NULL;
     long x = strtol(v, &end, 10);
@@ -167,8 +166,7 @@ static cl_status make_optim(const cl_graph *g, cl_optim *opt)
         const cl_gtensor *x = &g->tensors[t];
         if (x->kind != CL_GT_PARAM)
             continue;
-        cl_optim_segment seg = {x->offset,
-                                (size_t)cl_shape_numel(&x->shape),
+        cl_optim_segment seg = {x->offset, (size_t)cl_shape_numel(&x->shape),
                                 x->param_flags};
         int j = k++;
         while (j > 0 && s[j - 1].offset > seg.offset) {
@@ -297,8 +295,7 @@ int cl_cmd_bench(int argc, char **argv)
            o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
            o.backend, cl_dnnl_isa_name());
     printf("peak      %.1f GFLOPS (sgemm 2048^3, best of 4)\n", peak);
-    int modes[2] = {strcmp(o.mode, "infer") != 0,
-                    strcmp(o.mode, "train") != 0};
+    int modes[2] = {strcmp(o.mode, "infer") != 0, strcmp(o.mode, "train") != 0};
     bench_result res[2];
     int64_t macs = 0;
     int rc = 0;
@@ -323,8 +320,7 @@ int cl_cmd_bench(int argc, char **argv)
             if (modes[m])
                 printf("bench: mode=%s img_s=%.3f gflops=%.2f mfu=%.2f "
                        "peak_gflops=%.1f rss_mb=%.1f\n",
-                       m == 0 ? "train" : "infer", res[m].img_s,
-                       res[m].gflops,
+                       m == 0 ? "train" : "infer", res[m].img_s, res[m].gflops,
                        peak > 0 ? 100.0 * res[m].gflops / peak : 0.0, peak,
                        rss);
     }

@@ -9,6 +9,7 @@ static const cl_cli_command commands[] = {
     {"check", "print version, oneDNN version, CPU ISA, threads, MPI",
      cl_cmd_check},
     {"data", "dataset info, stats (mean/std), preview grid", cl_cmd_data},
+    {"bench", "train/infer img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
     {"bench", "training / inference img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
     {"train", "train a ResNet from a YAML recipe (+ --key value overrides)",
      cl_cmd_train},
