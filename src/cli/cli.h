@@ -30,7 +30,6 @@ const char *cl_cli_option(int argc, char **argv, const char *name);
 int cl_cmd_check(int argc, char **argv);
 int cl_cmd_data(int argc, char **argv);
 int cl_cmd_bench(int argc, char **argv);
-int cl_cmd_bench(int argc, char **argv);
 int cl_cmd_train(int argc, char **argv);
 int cl_cmd_eval(int argc, char **argv);
 int cl_cmd_predict(int argc, char **argv);

@@ -10,7 +10,6 @@ static const cl_cli_command commands[] = {
      cl_cmd_check},
     {"data", "dataset info, stats (mean/std), preview grid", cl_cmd_data},
     {"bench", "train/infer img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
-    {"bench", "training / inference img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
     {"train", "train a ResNet from a YAML recipe (+ --key value overrides)",
      cl_cmd_train},
     {"eval", "accuracy, per-class accuracy and confusion of a checkpoint",
