@@ -568,16 +568,30 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
         for (int y = r0; y < r1; y++) {
             const uint8_t *row = img->data + (size_t)y * W * C;
             float *t = tmp + (size_t)(y - r0) * ow * C;
-            for (int x = 0; x < ow; x++) {
-                const float *w = wx + (size_t)x * tx;
-                const uint8_t *p = row + (size_t)fx[x] * C;
-                float acc[3] = {0, 0, 0};
-                for (int k = 0; k < nx[x]; k++)
-                    for (int c = 0; c < C; c++)
-                        acc[c] += w[k] * p[(size_t)k * C + c];
-                int dx = flip ? ow - 1 - x : x;
-                for (int c = 0; c < C; c++)
-                    t[(size_t)dx * C + c] = acc[c];
+            if (C == 3) {
+                for (int x = 0; x < ow; x++) {
+                    const float *w = wx + (size_t)x * tx;
+                    const uint8_t *p = row + (size_t)fx[x] * 3;
+                    float a0 = 0, a1 = 0, a2 = 0;
+                    for (int k = 0; k < nx[x]; k++, p += 3) {
+                        a0 += w[k] * p[0];
+                        a1 += w[k] * p[1];
+                        a2 += w[k] * p[2];
+                    }
+                    float *d = t + (size_t)(flip ? ow - 1 - x : x) * 3;
+                    d[0] = a0;
+                    d[1] = a1;
+                    d[2] = a2;
+                }
+            } else {
+                for (int x = 0; x < ow; x++) {
+                    const float *w = wx + (size_t)x * tx;
+                    const uint8_t *p = row + fx[x];
+                    float a0 = 0;
+                    for (int k = 0; k < nx[x]; k++)
+                        a0 += w[k] * p[k];
+                    t[flip ? ow - 1 - x : x] = a0;
+                }
             }
         }
         for (int y = 0; y < oh; y++) {
