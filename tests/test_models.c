@@ -55,7 +55,14 @@ static int node_out(const cl_graph *g, const char *name)
     return -1;
 }
 
-CL_TEST(param_counts_match_torchvision)
+/* Name of the last block's output: "layer4.<blocks - 1>.relu". */
+static const char *last_block(int depth)
+{
+    return depth == 18 ? "layer4.1.relu" : "layer4.2.relu";
+}
+
+/* Counts of torchvision's models, and the shapes at 224 on the way. */
+CL_TEST(param_counts_and_shapes_at_224)
 {
     static const struct {
         int depth, classes;
@@ -65,16 +72,32 @@ CL_TEST(param_counts_match_torchvision)
         {50, 10, 23528522},   {101, 1000, 44549160}, {152, 1000, 60192808},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int d = cases[i].depth, k = cases[i].classes;
+        int e = cl_resnet_expansion(d);
         cl_graph g;
-        cl_status s = build(&g, cases[i].depth, cases[i].classes,
-                            CL_STEM_IMAGENET, 1, 224);
+        cl_status s = build(&g, d, k, CL_STEM_IMAGENET, 2, 224);
         CHECK(s == CL_OK);
         if (s == CL_OK && g.n_param_elems != cases[i].params)
             cl_test_fail(__FILE__, __LINE__,
                          "resnet%d/%d: %lld parameters, torchvision has %lld",
-                         cases[i].depth, cases[i].classes,
-                         (long long)g.n_param_elems,
+                         d, k, (long long)g.n_param_elems,
                          (long long)cases[i].params);
+        if (s == CL_OK) {
+            CHECK(shape_is(&g, g.input, 4, 2, 3, 224, 224));
+            CHECK(shape_is(&g, node_out(&g, "conv1"), 4, 2, 64, 112, 112));
+            CHECK(shape_is(&g, node_out(&g, "maxpool"), 4, 2, 64, 56, 56));
+            CHECK(shape_is(&g, node_out(&g, "layer1.0.relu"), 4, 2, 64 * e, 56,
+                           56));
+            CHECK(shape_is(&g, node_out(&g, "layer3.0.relu"), 4, 2, 256 * e, 14,
+                           14));
+            CHECK(
+                shape_is(&g, node_out(&g, last_block(d)), 4, 2, 512 * e, 7, 7));
+            CHECK(shape_is(&g, g.features, 2, 2, 512 * e, 0, 0));
+            CHECK(shape_is(&g, g.logits, 2, 2, k, 0, 0));
+            CHECK(shape_is(&g, g.loss, 1, 1, 0, 0, 0));
+            CHECK(shape_is(&g, g.labels, 1, 2, 0, 0, 0));
+            CHECK(g.targets < 0 && g.num_classes == k);
+        }
         cl_graph_free(&g);
     }
 }
@@ -177,33 +200,21 @@ CL_TEST(resnet18_names_and_blocks)
     cl_graph_free(&g);
 }
 
-CL_TEST(output_shapes_every_arch)
+CL_TEST(output_shapes_cifar_stem_at_32)
 {
     static const int depths[] = {18, 34, 50, 101, 152};
     for (int i = 0; i < 5; i++) {
         int d = depths[i], e = cl_resnet_expansion(d);
-        char last[64];
-        snprintf(last, sizeof last, "layer4.%d.relu",
-                 d == 152 || d == 101 || d == 50 || d == 34 ? 2 : 1);
         cl_graph g;
-        cl_status s = build(&g, d, 100, CL_STEM_IMAGENET, 2, 224);
-        CHECK(s == CL_OK);
-        if (s == CL_OK) {
-            CHECK(shape_is(&g, g.input, 4, 2, 3, 224, 224));
-            CHECK(shape_is(&g, node_out(&g, "maxpool"), 4, 2, 64, 56, 56));
-            CHECK(shape_is(&g, node_out(&g, last), 4, 2, 512 * e, 7, 7));
-            CHECK(shape_is(&g, g.features, 2, 2, 512 * e, 0, 0));
-            CHECK(shape_is(&g, g.logits, 2, 2, 100, 0, 0));
-            CHECK(shape_is(&g, g.loss, 1, 1, 0, 0, 0));
-            CHECK(shape_is(&g, g.labels, 1, 2, 0, 0, 0));
-            CHECK(g.targets < 0 && g.num_classes == 100);
-        }
-        cl_graph_free(&g);
-        s = build(&g, d, 10, CL_STEM_CIFAR, 3, 32);
+        cl_status s = build(&g, d, 10, CL_STEM_CIFAR, 3, 32);
         CHECK(s == CL_OK);
         if (s == CL_OK) {
             CHECK(shape_is(&g, node_out(&g, "relu"), 4, 3, 64, 32, 32));
-            CHECK(shape_is(&g, node_out(&g, last), 4, 3, 512 * e, 4, 4));
+            CHECK(node_out(&g, "maxpool") < 0);
+            CHECK(shape_is(&g, node_out(&g, "layer2.0.relu"), 4, 3, 128 * e, 16,
+                           16));
+            CHECK(
+                shape_is(&g, node_out(&g, last_block(d)), 4, 3, 512 * e, 4, 4));
             CHECK(shape_is(&g, g.features, 2, 3, 512 * e, 0, 0));
             CHECK(shape_is(&g, g.logits, 2, 3, 10, 0, 0));
         }
@@ -284,7 +295,7 @@ CL_TEST(config_errors)
 CL_TEST(init_statistics)
 {
     cl_graph g;
-    cl_resnet_config c = cfg_make(50, 10, CL_STEM_IMAGENET);
+    cl_resnet_config c = cfg_make(18, 10, CL_STEM_IMAGENET);
     REQUIRE_OK(cl_graph_init(&g, 1));
     REQUIRE_OK(cl_resnet_build(&g, &c, 224, 224, 0, 0.0f));
     REQUIRE_OK(cl_resnet_init(&g, &c, 1234));
@@ -292,10 +303,10 @@ CL_TEST(init_statistics)
         const char *name;
         int fan_out;
     } convs[] = {{"conv1.weight", 64 * 49},
-                 {"layer1.0.conv1.weight", 64},
+                 {"layer1.0.conv1.weight", 64 * 9},
                  {"layer3.0.conv2.weight", 256 * 9},
-                 {"layer4.2.conv3.weight", 2048},
-                 {"layer2.0.downsample.0.weight", 512}};
+                 {"layer4.1.conv2.weight", 512 * 9},
+                 {"layer2.0.downsample.0.weight", 128}};
     for (int i = 0; i < 5; i++) {
         int t = cl_graph_find(&g, convs[i].name);
         REQUIRE(t >= 0);
@@ -313,10 +324,10 @@ CL_TEST(init_statistics)
                          "%s: mean %g std %g, expected 0 and %g", convs[i].name,
                          mean, sd, want);
     }
-    /* fc: uniform in +-1/sqrt(2048), filling the range. */
+    /* fc: uniform in +-1/sqrt(512), filling the range. */
     int t = cl_graph_find(&g, "fc.weight");
     const float *w = cl_graph_param(&g, t);
-    double bound = 1.0 / sqrt(2048.0), lo = 1, hi = -1, s2 = 0;
+    double bound = 1.0 / sqrt(512.0), lo = 1, hi = -1, s2 = 0;
     for (int64_t k = 0; k < cl_graph_numel(&g, t); k++) {
         lo = w[k] < lo ? w[k] : lo;
         hi = w[k] > hi ? w[k] : hi;
