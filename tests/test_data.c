@@ -260,6 +260,50 @@ CL_TEST(fashion_mnist_real)
     REQUIRE_OK(open_idx(&ds, "fashion_mnist", CL_DATASET_FASHION_MNIST_DIR,
                         CL_USAGE_TEST));
     CHECK(cl_dataset_count(ds) == 10000);
+    /* Two shards of the test split through the train pipeline with
+     * channel repetition (a 3-channel model): 5000 each, 19 full batches
+     * of 256 with drop_remainder. */
+    const float mean[3] = {0.2860f, 0.2860f, 0.2860f};
+    const float std[3] = {0.3530f, 0.3530f, 0.3530f};
+    cl_transform_opts to =
+        cl_transform_opts_small_train(3, 28, 28, 4, 0.5f, mean, std);
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&tf, &to));
+    int64_t total = 0, bad = 0;
+    for (int k = 0; k < 2; k++) {
+        cl_loader_opts o;
+        memset(&o, 0, sizeof o);
+        o.dataset = ds;
+        o.tf = tf;
+        o.batch_size = 256;
+        o.shuffle = 1;
+        o.seed = 42;
+        o.num_shards = 2;
+        o.shard_id = k;
+        o.drop_remainder = 1;
+        o.workers = 2;
+        cl_loader *ld = NULL;
+        REQUIRE_OK(cl_loader_create(&ld, &o));
+        CHECK(cl_loader_batches_per_epoch(ld) == 19);
+        REQUIRE_OK(cl_loader_start_epoch(ld, 0));
+        for (;;) {
+            cl_batch b;
+            REQUIRE_OK(cl_loader_next(ld, &b));
+            if (b.n == 0)
+                break;
+            total += b.n;
+            for (int i = 0; i < b.n; i++) {
+                const float *x = b.x + (size_t)i * 3 * 784;
+                bad += b.labels[i] < 0 || b.labels[i] > 9;
+                bad += x[100] != x[784 + 100] || x[100] != x[2 * 784 + 100];
+                bad += !(x[300] >= -0.82f && x[300] <= 2.03f);
+            }
+        }
+        cl_loader_destroy(ld);
+    }
+    CHECK(total == 2 * 19 * 256);
+    CHECK(bad == 0);
+    cl_transforms_destroy(tf);
     cl_dataset_close(ds);
 }
 

@@ -304,6 +304,21 @@ CL_TEST(cifar10_targz)
     snprintf(p, sizeof p, "%s/cifar-10-binary.tar.gz", base);
     check_cifar10(p);
 
+    /* GNU long names (over 100 characters) and a pax archive. */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && tar czf long.tar.gz --transform 's,^,%s/,' "
+             "cifar-10-batches-bin && tar czf pax.tar.gz --format=pax "
+             "cifar-10-batches-bin",
+             base,
+             "a-folder-name-long-enough-that-the-member-paths-need-gnu-"
+             "long-name-records-in-the-archive-xxxxxxxxxxxxxxxxxxxxxxxxx");
+    REQUIRE(cl_test_run(cmd) == 0);
+    snprintf(p, sizeof p, "%s/long.tar.gz", base);
+    check_cifar10(p);
+    snprintf(p, sizeof p, "%s/pax.tar.gz", base);
+    check_cifar10(p);
+    snprintf(p, sizeof p, "%s/cifar-10-binary.tar.gz", base);
+
     /* A truncated download: half the archive. */
     static uint8_t buf[1 << 20];
     size_t n = read_all(p, buf, sizeof buf);
@@ -351,7 +366,7 @@ CL_TEST(cifar100)
     fx_write(p, buf, 2 * 3074, 0);
     char names[2000] = "";
     for (int k = 0; k < 100; k++) {
-        char nm[16];
+        char nm[32];
         snprintf(nm, sizeof nm, "class%02d\n", k);
         strcat(names, nm);
     }

@@ -161,7 +161,8 @@ typedef struct cl_transform_opts {
 cl_transform_opts cl_transform_opts_imagenet_train(int size);
 cl_transform_opts cl_transform_opts_imagenet_eval(int size);
 /* Small images (MNIST, CIFAR): RandomCrop(h x w, pad)+flip(flip_p)+Normalize
- * and Normalize only.  mean/std may be NULL (then 0.5 / 0.5). */
+ * and Normalize only.  mean/std: c entries each (per output channel, so a
+ * 1->3 repetition repeats the gray value), or NULL for 0.5 / 0.5. */
 cl_transform_opts cl_transform_opts_small_train(int c, int h, int w, int pad,
                                                 float flip_p, const float *mean,
                                                 const float *std);

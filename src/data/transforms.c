@@ -17,8 +17,9 @@ static void set_norm(cl_transform_opts *o, const float *mean, const float *std)
 {
     o->normalize = 1;
     for (int c = 0; c < 3; c++) {
-        o->mean[c] = mean ? mean[o->out_c == 1 ? 0 : c] : 0.5f;
-        o->std[c] = std ? std[o->out_c == 1 ? 0 : c] : 0.5f;
+        int k = c < o->out_c ? c : 0; /* only out_c entries are read */
+        o->mean[c] = mean ? mean[k] : 0.5f;
+        o->std[c] = std ? std[k] : 0.5f;
     }
 }
 
