@@ -482,6 +482,19 @@ CL_TEST(transforms_resize)
     CHECK(err < 1e-3);
     cl_transforms_destroy(tf);
 
+    /* CenterCrop offsets round half to even as torchvision's round():
+     * 9x5 -> 4x4 starts at column round(2.5) = 2, row round(0.5) = 0. */
+    fill_image(&img, 5, 9, 1);
+    o = cl_transform_opts_small_eval(1, 4, 4, NULL, NULL);
+    o.normalize = 0;
+    o.resize_h = 5;
+    o.resize_w = 9;
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    REQUIRE_OK(cl_transforms_apply(tf, &img, NULL, NULL, out));
+    CHECK(out[0] == img.data[2] / 255.0f);
+    CHECK(out[5] == img.data[9 + 3] / 255.0f);
+    cl_transforms_destroy(tf);
+
     /* Upscale 2x2 -> 5x5: values stay within the source's range. */
     REQUIRE_OK(cl_image_reserve(&img, 2, 2, 1));
     img.data[0] = 10;

@@ -235,6 +235,13 @@ static cl_status scratch_need(cl_tf_scratch *s, size_t floats)
     return CL_OK;
 }
 
+/* Python's round(): halves go to the even neighbour, as torchvision's
+ * crop arithmetic does (nearbyint under the default rounding mode). */
+static double py_round(double x)
+{
+    return nearbyint(x);
+}
+
 /* Uniform integer in [lo, hi] (inclusive). */
 static int rand_int(cl_rng *r, int lo, int hi)
 {
@@ -263,8 +270,8 @@ static void rrc_params(const cl_transform_opts *o, int H, int W, cl_rng *r,
     for (int t = 0; t < 10; t++) {
         double ta = area * rand_range(r, o->rrc_scale[0], o->rrc_scale[1]);
         double ar = exp(rand_range(r, lr0, lr1));
-        int cw = (int)lround(sqrt(ta * ar));
-        int ch = (int)lround(sqrt(ta / ar));
+        int cw = (int)py_round(sqrt(ta * ar));
+        int ch = (int)py_round(sqrt(ta / ar));
         if (cw > 0 && cw <= W && ch > 0 && ch <= H) {
             int i = rand_int(r, 0, H - ch);
             int j = rand_int(r, 0, W - cw);
@@ -279,10 +286,10 @@ static void rrc_params(const cl_transform_opts *o, int H, int W, cl_rng *r,
     int cw, ch;
     if (in_ratio < o->rrc_ratio[0]) {
         cw = W;
-        ch = (int)lround(cw / (double)o->rrc_ratio[0]);
+        ch = (int)py_round(cw / (double)o->rrc_ratio[0]);
     } else if (in_ratio > o->rrc_ratio[1]) {
         ch = H;
-        cw = (int)lround(ch * (double)o->rrc_ratio[1]);
+        cw = (int)py_round(ch * (double)o->rrc_ratio[1]);
     } else {
         cw = W;
         ch = H;
@@ -334,8 +341,8 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
             rw = 1;
         /* Resize to rh x rw, then centre-crop oh x ow (torchvision's
          * rounding), expressed as a window in source pixels. */
-        int top = (int)lround((rh - oh) / 2.0);
-        int left = (int)lround((rw - ow) / 2.0);
+        int top = (int)py_round((rh - oh) / 2.0);
+        int left = (int)py_round((rw - ow) / 2.0);
         double sy = (double)H / rh, sx = (double)W / rw;
         w->y0 = top * sy;
         w->x0 = left * sx;
@@ -479,8 +486,8 @@ static void random_erase(const cl_transform_opts *o, float *out, cl_rng *r)
     for (int t = 0; t < 10; t++) {
         double ea = area * rand_range(r, o->erase_scale[0], o->erase_scale[1]);
         double ar = exp(rand_range(r, lr0, lr1));
-        int h = (int)lround(sqrt(ea * ar));
-        int w = (int)lround(sqrt(ea / ar));
+        int h = (int)py_round(sqrt(ea * ar));
+        int w = (int)py_round(sqrt(ea / ar));
         if (!(h < H && w < W) || h < 1 || w < 1)
             continue;
         int i = rand_int(r, 0, H - h);
