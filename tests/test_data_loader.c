@@ -440,3 +440,40 @@ CL_TEST(loader_bad_options)
     cl_transforms_destroy(tf);
     cl_dataset_close(ds);
 }
+
+CL_TEST(wait_time_and_stats)
+{
+    cl_dataset *ds = make_ds("wait", 40);
+    REQUIRE(ds);
+    cl_transforms *tf = train_tf(3);
+    REQUIRE(tf);
+    for (int nw = 0; nw <= 2; nw += 2) {
+        cl_loader_opts o = base_opts(ds, tf);
+        o.workers = nw;
+        o.batch_size = 16;
+        cl_loader *ld = NULL;
+        REQUIRE_OK(cl_loader_create(&ld, &o));
+        CHECK(cl_loader_wait_seconds(ld) == 0);
+        CHECK(cl_loader_batches_per_epoch(ld) == 3);
+        REQUIRE_OK(cl_loader_start_epoch(ld, 0));
+        cl_batch b;
+        int sizes[4] = {-1, -1, -1, -1};
+        for (int i = 0; i < 4; i++) {
+            REQUIRE_OK(cl_loader_next(ld, &b));
+            sizes[i] = b.n;
+        }
+        CHECK(sizes[0] == 16 && sizes[1] == 16 && sizes[2] == 8);
+        CHECK(sizes[3] == 0 && b.index == 3);
+        cl_loader_stats st;
+        cl_loader_get_stats(ld, &st);
+        /* The consumer waited for at least the first batch. */
+        CHECK(st.wait_seconds > 0);
+        CHECK(st.batches == 3 && st.samples == 40 && st.skipped == 0);
+        /* The end is sticky until the next epoch. */
+        REQUIRE_OK(cl_loader_next(ld, &b));
+        CHECK(b.n == 0);
+        cl_loader_destroy(ld);
+    }
+    cl_transforms_destroy(tf);
+    cl_dataset_close(ds);
+}
