@@ -29,7 +29,8 @@ static uint8_t px(int y, int x, int k)
     return (uint8_t)(10 + y + x * 2 + k * 30);
 }
 
-/* Encodes a smooth h x w image with c channels (1 or 3) as a JPEG. */
+/* Encodes a smooth h x w image with c channels (1 or 3) as a JPEG; c = 4
+ * writes Adobe-style inverted CMYK holding (R, G, B, K = 255). */
 static int write_jpeg(const char *path, int h, int w, int c, int quality)
 {
     struct jpeg_compress_struct ci;
@@ -43,7 +44,7 @@ static int write_jpeg(const char *path, int h, int w, int c, int quality)
     ci.image_width = (JDIMENSION)w;
     ci.image_height = (JDIMENSION)h;
     ci.input_components = c;
-    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : (c == 4 ? JCS_CMYK : JCS_RGB);
     jpeg_set_defaults(&ci);
     jpeg_set_quality(&ci, quality, TRUE);
     jpeg_start_compress(&ci, TRUE);
@@ -52,7 +53,7 @@ static int write_jpeg(const char *path, int h, int w, int c, int quality)
         int y = (int)ci.next_scanline;
         for (int x = 0; x < w; x++)
             for (int k = 0; k < c; k++)
-                row[x * c + k] = px(y, x, k);
+                row[x * c + k] = k == 3 ? 255 : px(y, x, k);
         JSAMPROW rp = row;
         jpeg_write_scanlines(&ci, &rp, 1);
     }
@@ -492,6 +493,17 @@ CL_TEST(jpeg_decode_and_dct_scaling)
         for (int x = 0; x < 8; x++)
             err += abs(img.data[(y * 8 + x) * 3] - px(y * 8 + 4, x * 8 + 4, 0));
     CHECK(err / 48 < 6.0);
+    /* CMYK (inverted, as Adobe writes it) comes out as RGB. */
+    const char *cm = cl_test_path("cmyk.jpg");
+    REQUIRE(write_jpeg(cm, 16, 24, 4, 95) == 0);
+    REQUIRE_OK(cl_image_load(cm, 0, 0, &img));
+    CHECK(img.h == 16 && img.w == 24 && img.c == 3);
+    err = 0;
+    for (int y = 0; y < 16; y++)
+        for (int x = 0; x < 24; x++)
+            for (int k = 0; k < 3; k++)
+                err += abs(img.data[(y * 24 + x) * 3 + k] - px(y, x, k));
+    CHECK(err / (16 * 24 * 3) < 3.0);
     const char *g = cl_test_path("gray.jpg");
     REQUIRE(write_jpeg(g, 20, 30, 1, 90) == 0);
     REQUIRE_OK(cl_image_load(g, 0, 0, &img));
