@@ -960,3 +960,48 @@ CL_TEST(color_jitter_and_erasing)
     cl_transforms_destroy(tf);
     cl_image_free(&img);
 }
+
+CL_TEST(random_resized_crop_statistics)
+{
+    /* R = x and G = y on a 256x256 image: the output's corner pixels give
+     * back the crop box (bilinear is exact on a ramp), so the drawn area
+     * and aspect ratio can be checked against scale (0.08, 1) and ratio
+     * (3/4, 4/3). */
+    cl_image img = {0};
+    REQUIRE_OK(cl_image_reserve(&img, 256, 256, 3));
+    for (int y = 0; y < 256; y++)
+        for (int x = 0; x < 256; x++) {
+            uint8_t *p = img.data + (y * 256 + x) * 3;
+            p[0] = (uint8_t)x;
+            p[1] = (uint8_t)y;
+            p[2] = 0;
+        }
+    cl_transform_opts o = cl_transform_opts_imagenet_train(64);
+    o.normalize = 0;
+    o.hflip_prob = 0;
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    static float out[3 * 64 * 64];
+    double area_sum = 0;
+    int bad = 0, n = 300;
+    for (int t = 0; t < n; t++) {
+        cl_rng r;
+        cl_rng_init(&r, 11, (uint64_t)t);
+        REQUIRE_OK(cl_transforms_apply(tf, &img, &r, NULL, out));
+        /* Crop [x0, x1] x [y0, y1] from the ramp at the output's corners,
+         * extended by half an output pixel on each side. */
+        double x0 = out[0] * 255, x1 = out[63] * 255;
+        double y0 = out[4096] * 255, y1 = out[4096 + 63 * 64] * 255;
+        double cw = (x1 - x0) * 64 / 63, ch = (y1 - y0) * 64 / 63;
+        double area = cw * ch / (256.0 * 256.0), ratio = cw / ch;
+        area_sum += area;
+        bad += area < 0.08 * 0.85 || area > 1.02;
+        bad += ratio < 0.75 * 0.9 || ratio > 4.0 / 3.0 * 1.1;
+        bad += x0 < -0.5 || y0 < -0.5 || x1 > 255.5 || y1 > 255.5;
+    }
+    CHECK(bad == 0);
+    /* scale ~ U(0.08, 1) (some large draws rejected): mean about 0.5. */
+    CHECK(area_sum / n > 0.4 && area_sum / n < 0.6);
+    cl_transforms_destroy(tf);
+    cl_image_free(&img);
+}
