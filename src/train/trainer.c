@@ -448,6 +448,23 @@ static void fmt_duration(double s, char *buf, size_t n)
 
 /* ---- the loop -------------------------------------------------------- */
 
+/* A batch short of bad images (on_bad_image: skip) is topped up by
+ * repeating its own samples: the graph is static in the batch size, and
+ * every rank must take the same number of steps. */
+static void fill_batch(cl_batch *b, int batch, size_t per)
+{
+    for (int i = b->n; i < batch; i++) {
+        int j = i % b->n;
+        memcpy(b->x + (size_t)i * per, b->x + (size_t)j * per,
+               per * sizeof(float));
+        b->labels[i] = b->labels[j];
+        if (b->targets)
+            memcpy(b->targets + (size_t)i * b->k,
+                   b->targets + (size_t)j * b->k, (size_t)b->k * sizeof(float));
+    }
+    b->n = batch;
+}
+
 static cl_status write_run_files(run *r)
 {
     const cl_config *c = r->cfg;
@@ -587,6 +604,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 goto fail;
             if (b.n == 0)
                 break;
+            if (b.n < cfg->batch_size)
+                fill_batch(&b, cfg->batch_size, r.in_c * r.side * r.side);
             float loss = 0;
             if ((s = cl_backend_set_input(r.be, b.x, b.targets ? NULL
                                                                : b.labels,

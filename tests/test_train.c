@@ -1,0 +1,412 @@
+/* The training engine end to end through the `classic` CLI on the real
+ * Fashion-MNIST: overfit smoke test, subset accuracy, resume equivalence,
+ * fine-tuning with a new head, predict, config and NaN errors; and the
+ * checkpoint module directly.
+ * ctest-labels: train slow */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/data.h"
+#include "harness.h"
+#include "io/checkpoint.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "models/resnet.h"
+
+static const char *bin(void)
+{
+    const char *b = getenv("CLASSIC_BIN");
+    return b ? b : CL_BINARY_DIR "/classic";
+}
+
+static char out_buf[1 << 16];
+
+/* Runs `classic <args>` with stdout+stderr captured in out_buf. */
+static int classic(const char *args)
+{
+    char cmd[4096];
+    const char *log = cl_test_path("classic.out");
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=2 %s %s >%s 2>&1", bin(), args,
+             log);
+    int rc = cl_test_run(cmd);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(out_buf, 1, sizeof out_buf - 1, f) : 0;
+    out_buf[n] = '\0';
+    if (f)
+        fclose(f);
+    if (rc != 0)
+        fprintf(stderr, "classic %s -> %d:\n%s\n", args, rc, out_buf);
+    return rc;
+}
+
+/* A small, fast configuration: resnet18 with the ImageNet stem at 32x32
+ * (the 28x28 images resized), gray input, no augmentation. */
+#define QUICK                                                                  \
+    "--model resnet18 --stem imagenet --image_size 32 --in_channels 1 "       \
+    "--random_crop_padding 0 --hflip 0 --label_smoothing 0 "                   \
+    "--num_parallel_workers 2 --mean 0.286 --std 0.353 --seed 7 "
+
+/* The "loss" of every train line of a metrics.jsonl, in order. */
+static int read_losses(const char *path, double *loss, int64_t *step, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    if (!f)
+        return -1;
+    while (n < max && fgets(line, sizeof line, f)) {
+        cl_json_doc *doc = NULL;
+        if (cl_json_parse(&doc, line, strlen(line), NULL, path) != CL_OK)
+            continue;
+        const cl_json *r = cl_json_root(doc);
+        const cl_json *k = cl_json_get(r, "kind");
+        const cl_json *l = cl_json_get(r, "loss");
+        const cl_json *s = cl_json_get(r, "step");
+        if (k && strcmp(k->str, "train") == 0 && l && s) {
+            loss[n] = l->num;
+            step[n] = s->i;
+            n++;
+        }
+        cl_json_free(doc);
+    }
+    fclose(f);
+    return n;
+}
+
+CL_TEST(overfit_smoke)
+{
+    /* The seeds' smoke test: 128 images memorised in a few hundred steps. */
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 128 --batch_size 32 --epoch_size "
+             "30 --lr 0.02 --scheduler constant --warmup_epochs 0 "
+             "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 4 "
+             "--ckpt_save_dir %s",
+             cl_test_path("overfit"));
+    REQUIRE(classic(args) == 0);
+    double loss[64];
+    int64_t step[64];
+    int n = read_losses(cl_test_path("overfit/metrics.jsonl"), loss, step, 64);
+    REQUIRE(n == 30);
+    CHECK(loss[0] > 1.0);
+    /* Mean of the last five logged losses: the set is memorised. */
+    double tail = 0;
+    for (int i = n - 5; i < n; i++)
+        tail += loss[i];
+    CHECK(tail / 5 < 0.15);
+    /* And eval with the running BN statistics agrees (same images). */
+    snprintf(args, sizeof args,
+             "eval --checkpoint %s --split train --limit_val 128 --batch 32",
+             cl_test_path("overfit/resnet18-last.safetensors"));
+    REQUIRE(classic(args) == 0);
+    const char *t = strstr(out_buf, "top-1 ");
+    REQUIRE(t != NULL);
+    CHECK(atof(t + 6) >= 95.0);
+}
+
+CL_TEST(fashion_mnist_subset_accuracy)
+{
+    /* Real data end to end: 4096 training images, 2 epochs; the held-out
+     * 1000 test images must reach a stated accuracy (75%; chance is 10%). */
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 4096 --limit_val 1000 --batch_size "
+             "64 --epoch_size 2 --lr 0.05 --warmup_epochs 0 --min_lr 0 "
+             "--val_interval 2 --ckpt_save_epochs 0 --per_print_times 16 "
+             "--ckpt_save_dir %s",
+             cl_test_path("subset"));
+    REQUIRE(classic(args) == 0);
+    const char *t = strstr(out_buf, "validation: top-1 ");
+    REQUIRE(t != NULL);
+    double top1 = atof(t + strlen("validation: top-1 "));
+    fprintf(stderr, "fashion-mnist subset top-1: %.2f%%\n", top1);
+    CHECK(top1 >= 75.0);
+    /* classic eval on the written checkpoint gives the same number. */
+    snprintf(args, sizeof args, "eval --checkpoint %s --limit_val 1000",
+             cl_test_path("subset/resnet18-last.safetensors"));
+    REQUIRE(classic(args) == 0);
+    t = strstr(out_buf, "top-1 ");
+    REQUIRE(t != NULL);
+    CHECK_NEAR(atof(t + 6), top1, 0.011);
+}
+
+CL_TEST(resume_gives_the_same_losses)
+{
+    /* 2 epochs x 4 steps, a checkpoint at step 3 (inside epoch 1); the run
+     * resumed from it must log exactly the losses of the uninterrupted
+     * run from step 4 on (data order, augmentation, optimizer state and BN
+     * statistics all restored). */
+    char args[2048];
+    const char *common =
+        "train " QUICK "--limit_train 64 --batch_size 16 --epoch_size 2 "
+        "--lr 0.05 --warmup_epochs 1 --val_interval 0 --ckpt_save_epochs 0 "
+        "--per_print_times 1 --hflip 0.5 --random_crop_padding 0 "
+        "--ckpt_save_interval 3 --keep_checkpoint_max 0";
+    snprintf(args, sizeof args, "%s --ckpt_save_dir %s", common,
+             cl_test_path("full"));
+    REQUIRE(classic(args) == 0);
+    snprintf(args, sizeof args, "%s --ckpt_save_dir %s --resume %s", common,
+             cl_test_path("resumed"),
+             cl_test_path("full/resnet18-e1-s3.safetensors"));
+    REQUIRE(classic(args) == 0);
+    CHECK(strstr(out_buf, "resumed from") != NULL);
+    double la[16], lb[16];
+    int64_t sa[16], sb[16];
+    int na = read_losses(cl_test_path("full/metrics.jsonl"), la, sa, 16);
+    int nb = read_losses(cl_test_path("resumed/metrics.jsonl"), lb, sb, 16);
+    REQUIRE(na == 8);
+    REQUIRE(nb == 5);
+    for (int i = 0; i < nb; i++) {
+        CHECK(sb[i] == sa[i + 3]);
+        CHECK(lb[i] == la[i + 3]);
+        if (lb[i] != la[i + 3])
+            fprintf(stderr, "step %lld: %.9g vs %.9g\n", (long long)sb[i],
+                    lb[i], la[i + 3]);
+    }
+}
+
+/* Writes an MNIST-format dataset of n 28x28 images with labels in [0, k)
+ * taken from the first Fashion-MNIST test images (labels folded mod k). */
+static void write_idx(const char *dir, const char *split, int n, int k)
+{
+    cl_dataset_spec spec = cl_dataset_spec_default();
+    cl_dataset *ds = NULL;
+    spec.format = "fashion_mnist";
+    spec.usage = CL_USAGE_TEST;
+    REQUIRE_OK(cl_dataset_open(&ds, &spec));
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, split);
+    FILE *fi = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, split);
+    FILE *fl = fopen(path, "wb");
+    REQUIRE(fi && fl);
+    unsigned char hi[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8),
+                            (unsigned char)n, 0, 0, 0, 28, 0, 0, 0, 28};
+    unsigned char hl[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8),
+                           (unsigned char)n};
+    fwrite(hi, 1, 16, fi);
+    fwrite(hl, 1, 8, fl);
+    cl_image img;
+    memset(&img, 0, sizeof img);
+    for (int i = 0; i < n; i++) {
+        int32_t label;
+        REQUIRE_OK(cl_dataset_get(ds, i, 0, &img, &label));
+        fwrite(img.data, 1, 28 * 28, fi);
+        unsigned char l = (unsigned char)(label % k);
+        fwrite(&l, 1, 1, fl);
+    }
+    cl_image_free(&img);
+    fclose(fi);
+    fclose(fl);
+    cl_dataset_close(ds);
+}
+
+CL_TEST(finetune_with_a_new_head)
+{
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 64 --batch_size 32 --epoch_size 1 "
+             "--val_interval 0 --ckpt_save_epochs 0 --ckpt_save_dir %s",
+             cl_test_path("base"));
+    REQUIRE(classic(args) == 0);
+    const char *dir = cl_test_path("three");
+    char mk[700];
+    snprintf(mk, sizeof mk, "mkdir -p %s", dir);
+    REQUIRE(cl_test_run(mk) == 0);
+    write_idx(dir, "train", 96, 3);
+    write_idx(dir, "t10k", 48, 3);
+    snprintf(args, sizeof args,
+             "train " QUICK "--dataset mnist --data_dir %s --num_classes 3 "
+             "--batch_size 32 --epoch_size 2 --lr 0.01 --val_interval 2 "
+             "--pretrained %s --backbone_lr_mult 0.1 --ckpt_save_dir %s",
+             dir, cl_test_path("base/resnet18-last.safetensors"),
+             cl_test_path("ft"));
+    REQUIRE(classic(args) == 0);
+    CHECK(strstr(out_buf, "head is re-initialised for 3 classes") != NULL);
+    CHECK(strstr(out_buf, "fc.weight (10, 512) in the file, (3, 512) in "
+                          "the model") != NULL);
+    CHECK(strstr(out_buf, "training starts at step 0") != NULL);
+    /* The fine-tuned model is a 3-class model whose backbone came from
+     * the base: conv1 moved only a little (lr x 0.1), fc is new. */
+    cl_st_file *a = NULL, *b = NULL;
+    REQUIRE_OK(cl_st_open(&a, cl_test_path("base/resnet18-last.safetensors")));
+    REQUIRE_OK(cl_st_open(&b, cl_test_path("ft/resnet18-last.safetensors")));
+    cl_shape s;
+    cl_st_info(b, (size_t)cl_st_find(b, "fc.weight"), NULL, &s);
+    CHECK(s.d[0] == 3);
+    float wa[64], wb[64];
+    size_t nb;
+    const float *pa = cl_st_data(a, (size_t)cl_st_find(a, "conv1.weight"), &nb);
+    const float *pb = cl_st_data(b, (size_t)cl_st_find(b, "conv1.weight"), &nb);
+    memcpy(wa, pa, sizeof wa);
+    memcpy(wb, pb, sizeof wb);
+    double diff = 0, norm = 0;
+    for (int i = 0; i < 64; i++) {
+        diff += (wa[i] - wb[i]) * (double)(wa[i] - wb[i]);
+        norm += wa[i] * (double)wa[i];
+    }
+    CHECK(diff > 0);
+    CHECK(diff < 0.01 * norm);
+    cl_st_close(a);
+    cl_st_close(b);
+}
+
+CL_TEST(predict_and_info)
+{
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 64 --batch_size 32 --epoch_size 1 "
+             "--val_interval 0 --ckpt_save_epochs 0 --ckpt_save_dir %s",
+             cl_test_path("p"));
+    REQUIRE(classic(args) == 0);
+    /* A test image written as PNG, as a user would have it. */
+    cl_dataset_spec spec = cl_dataset_spec_default();
+    cl_dataset *ds = NULL;
+    spec.format = "fashion_mnist";
+    spec.usage = CL_USAGE_TEST;
+    REQUIRE_OK(cl_dataset_open(&ds, &spec));
+    cl_image img;
+    int32_t label;
+    memset(&img, 0, sizeof img);
+    REQUIRE_OK(cl_dataset_get(ds, 0, 0, &img, &label));
+    CHECK_OK(cl_image_save_png(cl_test_path("shoe.png"), &img));
+    cl_image_free(&img);
+    cl_dataset_close(ds);
+    const char *ck = cl_test_path("p/resnet18-last.safetensors");
+    snprintf(args, sizeof args, "predict --checkpoint %s --top 3 %s", ck,
+             cl_test_path("shoe.png"));
+    REQUIRE(classic(args) == 0);
+    CHECK(strstr(out_buf, " 1. ") && strstr(out_buf, " 3. ") &&
+          !strstr(out_buf, " 4. "));
+    CHECK(strstr(out_buf, "%") != NULL);
+    snprintf(args, sizeof args, "predict --checkpoint %s --json %s", ck,
+             cl_test_path("shoe.png"));
+    REQUIRE(classic(args) == 0);
+    cl_json_doc *doc = NULL;
+    REQUIRE_OK(cl_json_parse(&doc, out_buf, strlen(out_buf), NULL, "json"));
+    const cl_json *r = cl_json_root(doc);
+    REQUIRE(r->type == CL_JSON_ARR && r->count == 1);
+    const cl_json *top = cl_json_get(r->child, "top");
+    REQUIRE(top && top->count == 5);
+    double psum = 0;
+    for (const cl_json *e = top->child; e; e = e->next)
+        psum += cl_json_get(e, "prob")->num;
+    CHECK(psum > 0 && psum <= 1.0001);
+    cl_json_free(doc);
+    /* A corrupt image is one clear error, non-zero exit. */
+    FILE *f = fopen(cl_test_path("bad.png"), "wb");
+    REQUIRE(f != NULL);
+    fputs("\x89PNG\r\n\x1a\nnot really", f);
+    fclose(f);
+    snprintf(args, sizeof args, "predict --checkpoint %s %s", ck,
+             cl_test_path("bad.png"));
+    CHECK(classic(args) != 0);
+    CHECK(strstr(out_buf, "bad.png") != NULL);
+    snprintf(args, sizeof args, "info --checkpoint %s", ck);
+    REQUIRE(classic(args) == 0);
+    CHECK(strstr(out_buf, "arch             resnet18") != NULL);
+    CHECK(strstr(out_buf, "layer4.1.conv2") != NULL);
+    CHECK(classic("info --arch resnet50 --num_classes 1000") == 0);
+    CHECK(strstr(out_buf, "parameters: 25557032") != NULL);
+}
+
+CL_TEST(config_errors_name_the_key)
+{
+    CHECK(classic("train --lrr 0.1") == 1);
+    CHECK(strstr(out_buf, "unknown key 'lrr'") != NULL);
+    CHECK(strstr(out_buf, "'lr'") != NULL);
+    CHECK(classic("train --batch_size abc") == 1);
+    CHECK(strstr(out_buf, "batch_size") != NULL);
+    CHECK(classic("train --config /nonexistent/recipe.yaml") == 1);
+    CHECK(strstr(out_buf, "/nonexistent/recipe.yaml") != NULL);
+    CHECK(classic("eval") == 2);
+    CHECK(strstr(out_buf, "--checkpoint") != NULL);
+    char args[1024];
+    snprintf(args, sizeof args, "eval --checkpoint %s",
+             cl_test_path("missing.safetensors"));
+    CHECK(classic(args) == 1);
+    CHECK(strstr(out_buf, "missing.safetensors") != NULL);
+}
+
+CL_TEST(nan_loss_stops_with_advice)
+{
+    /* A model whose weights hold a NaN (a corrupt pretrained file) gives a
+     * NaN loss at the first step: training stops with the step, the lr
+     * and what to do, and a non-zero exit. */
+    cl_resnet_config rc = cl_resnet_config_default();
+    rc.depth = 18;
+    rc.in_channels = 1;
+    rc.num_classes = 10;
+    cl_graph g;
+    REQUIRE_OK(cl_graph_init(&g, 1));
+    REQUIRE_OK(cl_resnet_build(&g, &rc, 32, 32, 0, 0));
+    REQUIRE_OK(cl_resnet_init(&g, &rc, 3));
+    cl_graph_param(&g, cl_graph_find(&g, "fc.bias"))[3] = NAN;
+    REQUIRE_OK(cl_ckpt_save_model(cl_test_path("nan.safetensors"), &g, NULL,
+                                  0));
+    cl_graph_free(&g);
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 256 --batch_size 32 --epoch_size 1 "
+             "--val_interval 0 --pretrained %s --ckpt_save_dir %s",
+             cl_test_path("nan.safetensors"), cl_test_path("nan"));
+    CHECK(classic(args) == 1);
+    CHECK(strstr(out_buf, "step 1 (epoch 1): the loss is NaN") != NULL);
+    CHECK(strstr(out_buf, "training stopped") != NULL);
+    CHECK(strstr(out_buf, "Lower lr") != NULL);
+}
+
+CL_TEST(checkpoint_round_trip_and_mismatch)
+{
+    cl_resnet_config rc = cl_resnet_config_default();
+    rc.depth = 18;
+    rc.num_classes = 10;
+    rc.stem = CL_STEM_CIFAR;
+    cl_graph a, b, c;
+    REQUIRE_OK(cl_graph_init(&a, 2));
+    REQUIRE_OK(cl_resnet_build(&a, &rc, 16, 16, 0, 0));
+    REQUIRE_OK(cl_resnet_init(&a, &rc, 1));
+    cl_graph_buffer(&a, cl_graph_find(&a, "bn1.num_batches_tracked"))[0] = 7;
+    cl_ckpt_kv meta[] = {{"arch", "resnet18"}};
+    const char *p = cl_test_path("rt.safetensors");
+    REQUIRE_OK(cl_ckpt_save_model(p, &a, meta, 1));
+    REQUIRE_OK(cl_graph_init(&b, 4));
+    REQUIRE_OK(cl_resnet_build(&b, &rc, 16, 16, 0, 0));
+    REQUIRE_OK(cl_resnet_init(&b, &rc, 2));
+    cl_ckpt_load_report rep;
+    REQUIRE_OK(cl_ckpt_load_model(p, &b, CL_CKPT_STRICT, &rep));
+    CHECK(rep.loaded == 122);
+    CHECK(memcmp(a.params, b.params, a.n_param_floats * 4) == 0);
+    CHECK(memcmp(a.buffers, b.buffers, a.n_buffer_floats * 4) == 0);
+    char v[32];
+    CHECK_OK(cl_ckpt_read_meta(p, "arch", v, sizeof v));
+    CHECK(strcmp(v, "resnet18") == 0);
+    /* Another head size: strict refuses naming the tensor, fine-tuning
+     * keeps the fresh head; another depth lists the missing tensors. */
+    rc.num_classes = 3;
+    REQUIRE_OK(cl_graph_init(&c, 2));
+    REQUIRE_OK(cl_resnet_build(&c, &rc, 16, 16, 0, 0));
+    CHECK_ERR(cl_ckpt_load_model(p, &c, CL_CKPT_STRICT, NULL), CL_ERR_SHAPE,
+              "fc.weight");
+    CHECK_OK(cl_ckpt_load_model(p, &c, CL_CKPT_PRETRAINED, &rep));
+    CHECK(rep.head_skipped == 2);
+    cl_graph_free(&c);
+    rc.depth = 34;
+    rc.num_classes = 10;
+    REQUIRE_OK(cl_graph_init(&c, 2));
+    REQUIRE_OK(cl_resnet_build(&c, &rc, 16, 16, 0, 0));
+    CHECK_ERR(cl_ckpt_load_model(p, &c, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "missing from the file");
+    cl_graph_free(&c);
+    /* Truncated file: a clear error, the graph untouched. */
+    FILE *f = fopen(p, "r+b");
+    REQUIRE(f != NULL);
+    REQUIRE(ftruncate(fileno(f), 1000) == 0);
+    fclose(f);
+    memcpy(b.params, a.params, 4);
+    CHECK(cl_ckpt_load_model(p, &b, CL_CKPT_STRICT, NULL) != CL_OK);
+    CHECK(strstr(cl_last_error(), "rt.safetensors") != NULL);
+    cl_graph_free(&a);
+    cl_graph_free(&b);
+}
