@@ -80,10 +80,12 @@ int cl_cmd_embed(int argc, char **argv)
     cl_dataset_spec spec;
     cl_transform_opts to;
     int h = 0, wd = 0, c = 0;
-    cl_data_usage u = split && strcmp(split, "train") == 0 ? CL_USAGE_TRAIN
-                                                           : CL_USAGE_TEST;
-    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK ||
-        (s = cl_recipe_dataset(&m.cfg, u, dir, sizeof dir, &spec)) != CL_OK)
+    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)
+        goto fail;
+    if (split)
+        snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
+    if ((s = cl_recipe_dataset(&m.cfg, CL_USAGE_TEST, dir, sizeof dir,
+                               &spec)) != CL_OK)
         goto fail;
     spec.num_classes = m.num_classes;
     if ((s = cl_dataset_open(&ds, &spec)) != CL_OK)

@@ -46,12 +46,9 @@ int cl_cmd_eval(int argc, char **argv)
         fprintf(stderr, "classic: eval: --batch must be 1..65536\n");
         return 2;
     }
-    cl_data_usage usage_ = CL_USAGE_TEST;
-    if (split && strcmp(split, "train") == 0)
-        usage_ = CL_USAGE_TRAIN;
-    else if (split && strcmp(split, "test") != 0 && strcmp(split, "val"))
-        return fprintf(stderr, "classic: eval: --split is test or train\n"),
-               2;
+    /* --split names the split as the recipe's val_split would ("test",
+     * "train", or an image folder's subdirectory). */
+    const cl_data_usage usage_ = CL_USAGE_TEST;
     cl_dist d;
     cl_model m;
     cl_dataset *ds = NULL;
@@ -72,9 +69,12 @@ int cl_cmd_eval(int argc, char **argv)
     cl_dataset_spec spec;
     cl_transform_opts to;
     int h = 0, w = 0, c = 0;
-    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK ||
-        (s = cl_recipe_dataset(&m.cfg, usage_, dir, sizeof dir, &spec)) !=
-            CL_OK)
+    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)
+        goto fail;
+    if (split)
+        snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
+    if ((s = cl_recipe_dataset(&m.cfg, usage_, dir, sizeof dir, &spec)) !=
+        CL_OK)
         goto fail;
     spec.num_classes = m.num_classes;
     if ((s = cl_dataset_open(&ds, &spec)) != CL_OK)
@@ -99,9 +99,8 @@ int cl_cmd_eval(int argc, char **argv)
         (s = cl_evaluate(m.be, ld, &met, &d, NULL, NULL)) != CL_OK)
         goto fail;
     if (d.rank == 0) {
-        printf("%s on %s %s split (%lld samples)\n", ckpt,
-               cl_dataset_format(ds), usage_ == CL_USAGE_TRAIN ? "train"
-                                                               : "test",
+        printf("%s on %s split '%s' (%lld samples)\n", ckpt,
+               cl_dataset_format(ds), m.cfg.val_split,
                (long long)cl_metrics_count(&met));
         if ((s = cl_metrics_print(&met, stdout,
                                   (const char *const *)m.class_names)) !=

@@ -243,8 +243,8 @@ static const key keys[] = {
     K_FLT(beta2, 0, 0, 1, 1, "0.999", "AdamW beta2"),
     K_FLT(eps, 0, 1, 1, 1, "1e-08", "AdamW epsilon"),
     K_ENUM(lr_scale, v_lr_scale, "none",
-           "linear: multiply lr by processes x accumulation_steps (Goyal et "
-           "al.)"),
+           "linear: lr is for 256 images; use lr x global_batch / 256 "
+           "(Goyal et al.)"),
 
     GROUP("learning-rate schedule"),
     K_ENUM(scheduler, v_sched, "cosine_decay",

@@ -32,9 +32,25 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
                              ? CL_BAD_IMAGE_SKIP
                              : CL_BAD_IMAGE_FAIL;
     spec->num_classes = cfg->num_classes;
+    const char *split =
+        usage == CL_USAGE_TRAIN ? cfg->train_split : cfg->val_split;
+    if (cfg->dataset != CL_CFG_DATASET_IMAGEFOLDER && split[0]) {
+        /* Built-in formats name their splits train / test / all. */
+        if (strcmp(split, "train") == 0)
+            spec->usage = CL_USAGE_TRAIN;
+        else if (strcmp(split, "test") == 0 || strcmp(split, "val") == 0)
+            spec->usage = CL_USAGE_TEST;
+        else if (strcmp(split, "all") == 0)
+            spec->usage = CL_USAGE_ALL;
+        else
+            return cl_error(CL_ERR_CONFIG,
+                            "%s '%s': dataset %s has the splits train, "
+                            "test and all",
+                            usage == CL_USAGE_TRAIN ? "train_split"
+                                                    : "val_split",
+                            split, spec->format);
+    }
     if (cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER) {
-        const char *split =
-            usage == CL_USAGE_TRAIN ? cfg->train_split : cfg->val_split;
         if (!cfg->data_dir[0])
             return cl_error(CL_ERR_CONFIG,
                             "dataset imagefolder needs data_dir (a folder "
