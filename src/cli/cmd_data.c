@@ -1,4 +1,5 @@
-/* `classic data info|stats|preview`: look at a dataset before training. */
+/* `classic data info|stats|preview|export`: look at a dataset before
+ * training. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ static void usage(FILE *f)
             "usage: classic data info    [PATH] [options]\n"
             "       classic data stats   [PATH] [options] [--limit N]\n"
             "       classic data preview [PATH] --out grid.png [options]\n"
+            "       classic data export  [PATH] --index I --out img.png "
+            "[options]\n"
             "\n"
             "PATH is a dataset: a folder of IDX files, a CIFAR folder or\n"
             ".tar.gz, or an ImageFolder root (default: Debian's\n"
@@ -30,7 +33,8 @@ static void usage(FILE *f)
             "  --on-bad-image P    fail|skip (default fail)\n"
             "  --limit N           stats: only N evenly spaced samples\n"
             "  --show N            info: labels of the first N samples (10)\n"
-            "  --out FILE          preview: the PNG to write\n"
+            "  --out FILE          preview, export: the PNG to write\n"
+            "  --index I           export: the sample to write as PNG\n"
             "  --n N               preview: samples in the grid (16)\n"
             "  --cell PX           preview: size of each cell (64)\n"
             "  --size S            preview: transform output size (default "
@@ -43,7 +47,7 @@ static void usage(FILE *f)
 
 typedef struct data_args {
     const char *cmd, *path, *format, *usage, *class_indexing, *bad, *out;
-    long limit, show, n, cell, size;
+    long limit, show, n, cell, size, index;
     unsigned long long seed;
     int eval;
 } data_args;
@@ -102,6 +106,9 @@ static int parse_args(int argc, char **argv, data_args *a)
             a->out = v;
         else if (strcmp(o, "--limit") == 0) {
             if (parse_long(o, v, 0, 2000000000L, &a->limit))
+                return -1;
+        } else if (strcmp(o, "--index") == 0) {
+            if (parse_long(o, v, 0, 2000000000L, &a->index))
                 return -1;
         } else if (strcmp(o, "--show") == 0) {
             if (parse_long(o, v, 0, 100000, &a->show))
@@ -288,6 +295,32 @@ static int run_preview(const data_args *a, cl_dataset *ds)
     return 0;
 }
 
+/* One sample as the PNG a user would feed to `classic predict`. */
+static int run_export(const data_args *a, cl_dataset *ds)
+{
+    if (!a->out) {
+        cl_error(CL_ERR_ARG, "export needs --out FILE.png");
+        return cl_cli_fail("data export", CL_ERR_ARG);
+    }
+    if (a->index >= cl_dataset_count(ds)) {
+        cl_error(CL_ERR_ARG, "--index %ld: the dataset has %lld samples",
+                 a->index, (long long)cl_dataset_count(ds));
+        return cl_cli_fail("data export", CL_ERR_ARG);
+    }
+    cl_image img;
+    int32_t label = 0;
+    memset(&img, 0, sizeof img);
+    cl_status s = cl_dataset_get(ds, a->index, 0, &img, &label);
+    if (s == CL_OK)
+        s = cl_image_save_png(a->out, &img);
+    cl_image_free(&img);
+    if (s != CL_OK)
+        return cl_cli_fail("data export", s);
+    printf("wrote %s: sample %ld, label %d (%s)\n", a->out, a->index,
+           (int)label, cl_dataset_class_name(ds, label));
+    return 0;
+}
+
 int cl_cmd_data(int argc, char **argv)
 {
     data_args a;
@@ -303,7 +336,7 @@ int cl_cmd_data(int argc, char **argv)
     if (parse_args(argc, argv, &a) != 0)
         return cl_cli_fail("data", CL_ERR_ARG);
     if (strcmp(a.cmd, "info") != 0 && strcmp(a.cmd, "stats") != 0 &&
-        strcmp(a.cmd, "preview") != 0) {
+        strcmp(a.cmd, "preview") != 0 && strcmp(a.cmd, "export") != 0) {
         fprintf(stderr, "classic data: unknown subcommand '%s'\n\n", a.cmd);
         usage(stderr);
         return 2;
@@ -317,6 +350,8 @@ int cl_cmd_data(int argc, char **argv)
         rc = run_info(&a, ds);
     else if (strcmp(a.cmd, "stats") == 0)
         rc = run_stats(&a, ds);
+    else if (strcmp(a.cmd, "export") == 0)
+        rc = run_export(&a, ds);
     else
         rc = run_preview(&a, ds);
     cl_dataset_close(ds);
