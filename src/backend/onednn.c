@@ -22,6 +22,9 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "backend/backend.h"
 #include "backend/onednn_arena.h"
@@ -1744,6 +1747,24 @@ static void free_list(dn_list *l)
     l->n = l->cap = 0;
 }
 
+/* Flush-to-zero and denormals-are-zero on the calling thread and every
+ * OpenMP worker, set at plan and again at every step and left set.
+ * Gradients and momentum of deep nets reach the denormal range (below
+ * 1e-38) and x86 cores take a microcode assist on every such operand:
+ * without this a ResNet-50 step at 224x224 ran about 5x slower, the time in
+ * BN and conv backward and in the optimizer's loop over the param arena
+ * (which runs on the same threads after backward, hence not restored).
+ * Values that small are zero for training purposes; TensorFlow flushes
+ * them by default too. */
+static void dn_ftz(void)
+{
+#if defined(__SSE__)
+#pragma omp parallel
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+#endif
+}
+
 /* ---- vtable -----------------------------------------------------------------
  */
 
@@ -1851,6 +1872,7 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     }
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
+    dn_ftz();
     for (int i = 0; i < g->n_nodes; i++)
         if (!dn_supports(&g->nodes[i]))
             return cl_error(CL_ERR_UNSUPPORTED,
@@ -2043,6 +2065,7 @@ static cl_status dn_forward(cl_backend *be, int training, float *loss)
     if (training && d->mode != CL_PLAN_TRAIN)
         return cl_error(CL_ERR_ARG, "onednn forward: training needs a plan "
                                     "made for training, this one infers");
+    dn_ftz();
     if (d->dirty) {
         CL_TRY(run_list(d, &d->sync));
         d->dirty = 0;
@@ -2070,6 +2093,7 @@ static cl_status dn_backward(cl_backend *be)
     if (!d->has_labels && !d->has_targets)
         return cl_error(CL_ERR_ARG,
                         "onednn backward: no labels or targets were set");
+    dn_ftz();
     return run_list(d, &d->bwd);
 }
 
