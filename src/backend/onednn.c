@@ -1216,7 +1216,8 @@ fail:
 }
 
 /* The weights copy backward-data reads: the forward copy when the layouts
- * agree. */
+ * agree, else a copy reordered from the forward copy (blocked to blocked
+ * moves whole 16x16 tiles, faster than from the plain arena). */
 static cl_status bwd_weights_copy(dn_ctx *d, int i,
                                   const dnnl_memory_desc_t *plain, float *w,
                                   float **use)
@@ -1230,8 +1231,12 @@ static cl_status bwd_weights_copy(dn_ctx *d, int i,
         *use = w;
         return CL_OK;
     }
-    CL_TRY(weight_copy(d, i, "backward weights reorder", plain, w, &x->wb_md,
-                       &x->wb));
+    if (x->w)
+        CL_TRY(weight_copy(d, i, "backward weights reorder", &x->w_md, x->w,
+                           &x->wb_md, &x->wb));
+    else
+        CL_TRY(weight_copy(d, i, "backward weights reorder", plain, w,
+                           &x->wb_md, &x->wb));
     *use = x->wb;
     return CL_OK;
 }

@@ -19,7 +19,6 @@
 #include "core/timer.h"
 #include "graph/graph.h"
 #include "models/resnet.h"
-#include "train/optim.h"
 
 typedef struct bench_opts {
     const char *arch, *stem, *mode, *backend;
@@ -152,40 +151,24 @@ static double peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
 }
 
-/* The optimizer's segments: one per parameter tensor, by offset. */
-static cl_status make_optim(const cl_graph *g, cl_optim *opt)
+/* Momentum SGD over the whole param arena in one parallel loop (as
+ * torch.optim.SGD, dampening 0, no weight decay): v = m v + g, p -= lr v.
+ * One loop rather than one per tensor keeps the update to a single
+ * OpenMP fork/join per step. */
+static void sgd_step(float *p, float *v, const float *g, size_t n, float lr,
+                     float m)
 {
-    int n = 0;
-    for (int t = 0; t < g->n_tensors; t++)
-        n += g->tensors[t].kind == CL_GT_PARAM;
-    cl_optim_segment *s = cl_alloc(sizeof *s * (size_t)(n ? n : 1), "segs");
-    if (!s)
-        return CL_ERR_NOMEM;
-    int k = 0;
-    for (int t = 0; t < g->n_tensors; t++) {
-        const cl_gtensor *x = &g->tensors[t];
-        if (x->kind != CL_GT_PARAM)
-            continue;
-        cl_optim_segment seg = {x->offset, (size_t)cl_shape_numel(&x->shape),
-                                x->param_flags};
-        int j = k++;
-        while (j > 0 && s[j - 1].offset > seg.offset) {
-            s[j] = s[j - 1];
-            j--;
-        }
-        s[j] = seg;
+    long long nn = (long long)n;
+#pragma omp parallel for simd schedule(static)
+    for (long long i = 0; i < nn; i++) {
+        v[i] = m * v[i] + g[i];
+        p[i] -= lr * v[i];
     }
-    cl_optim_config cfg = cl_optim_config_default();
-    cfg.kind = CL_OPT_SGD;
-    cfg.momentum = 0.9;
-    cfg.weight_decay = 0.0;
-    cl_status st = cl_optim_create(opt, &cfg, s, n, g->n_param_floats);
-    cl_free(s);
-    return st;
 }
 
 typedef struct bench_result {
     double img_s, step_s, gflops;
+    double t_fwd, t_bwd, t_upd; /* seconds per step in each phase */
 } bench_result;
 
 static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
@@ -195,9 +178,8 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     cl_status st = CL_OK;
     cl_graph g;
     cl_backend *be = NULL;
-    cl_optim opt;
+    float *mom = NULL;
     int have_graph = 0;
-    memset(&opt, 0, sizeof opt);
     st = cl_graph_init(&g, o->batch);
     if (st != CL_OK)
         goto fail;
@@ -215,26 +197,37 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     if (st != CL_OK)
         goto fail;
     if (train) {
-        st = make_optim(&g, &opt);
-        if (st != CL_OK)
+        mom = cl_alloc_zero(sizeof(float) * g.n_param_floats, "momentum");
+        if (!mom) {
+            st = CL_ERR_NOMEM;
             goto fail;
+        }
     }
-    double t0 = 0.0;
+    double t0 = 0.0, tf = 0.0, tb = 0.0, tu = 0.0;
     for (int s = 0; s < o->warmup + o->steps; s++) {
         if (s == o->warmup)
             t0 = cl_time_now();
         float loss;
+        double a = cl_time_now();
         st = cl_backend_set_input(be, x, labels, NULL);
         if (st == CL_OK)
             st = cl_backend_forward(be, train, &loss);
+        double b = cl_time_now();
         if (st == CL_OK && train)
             st = cl_backend_backward(be);
-        if (st == CL_OK && train)
-            st = cl_optim_step(&opt, g.params, g.grads, 0.01f);
-        if (st == CL_OK && train)
+        double c = cl_time_now();
+        if (st == CL_OK && train) {
+            sgd_step(g.params, mom, g.grads, g.n_param_floats, 0.01f, 0.9f);
             st = cl_backend_sync_params(be);
+        }
+        double e = cl_time_now();
         if (st != CL_OK)
             goto fail;
+        if (s >= o->warmup) {
+            tf += b - a;
+            tb += c - b;
+            tu += e - c;
+        }
         if (train && !isfinite(loss)) {
             st = cl_error(CL_ERR_NUMERIC, "bench: loss is %g at step %d",
                           (double)loss, s);
@@ -245,8 +238,11 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     res->step_s = dt / o->steps;
     res->img_s = (double)o->batch * o->steps / dt;
     res->gflops = (train ? 3.0 : 1.0) * 2.0 * (double)*macs * res->img_s / 1e9;
+    res->t_fwd = tf / o->steps;
+    res->t_bwd = tb / o->steps;
+    res->t_upd = tu / o->steps;
 fail:
-    cl_optim_destroy(&opt);
+    cl_free(mom);
     cl_backend_destroy(be);
     if (have_graph)
         cl_graph_free(&g);
@@ -312,6 +308,10 @@ int cl_cmd_bench(int argc, char **argv)
                m == 0 ? "train" : "infer", res[m].img_s, res[m].step_s,
                res[m].gflops, peak > 0 ? 100.0 * res[m].gflops / peak : 0.0,
                o.warmup, o.steps, (double)macs / 1e9);
+        if (m == 0)
+            printf("          per step: forward %.4f s, backward %.4f s, "
+                   "update %.4f s\n",
+                   res[m].t_fwd, res[m].t_bwd, res[m].t_upd);
     }
     double rss = peak_rss_mb();
     if (rc == 0) {
