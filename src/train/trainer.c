@@ -575,12 +575,14 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     const int tty = r.root && isatty(STDOUT_FILENO);
     cl_log(lg, CL_LOG_INFO,
            "training resnet%d (%s stem, %lld parameters) on %s: %lld "
-           "samples, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
+           "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
            "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
            "peak lr %.4g; backend %s",
            r.model.depth, cl_resnet_stem_name(r.model.stem),
            (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
-           (long long)cl_dataset_count(r.train_ds), r.in_c, r.side, r.side,
+           (long long)cl_loader_samples_per_epoch(r.train_ld) *
+               (d ? d->size : 1),
+           r.in_c, r.side, r.side,
            r.g.num_classes, (long long)r.steps_per_epoch, cfg->epoch_size,
            global_batch, cfg->batch_size, d ? d->size : 1, accum, r.lr.lr,
            backend);
