@@ -402,6 +402,26 @@ CL_TEST(wide_bottleneck)
     run_parity(build_wide, 3, 1e-4, 2e-4);
 }
 
+/* BN straight on the plain 3-channel input: oneDNN's BN primitive (the
+ * blocked whole-16 layouts run onednn_bn.c instead). */
+static cl_status build_bn_input(cl_graph *g, int batch)
+{
+    int x, z, r, y;
+    (void)batch;
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(3);
+    cl_conv2d_attr a = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    CL_TRY(cl_graph_input(g, 3, 5, 6, &x));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn0", x, &bn, &z));
+    CL_TRY(cl_graph_relu(g, "relu0", z, &r));
+    CL_TRY(cl_graph_conv2d(g, "conv1", r, &a, &y));
+    return head(g, y, 16);
+}
+
+CL_TEST(bn_primitive_on_plain_input)
+{
+    run_parity(build_bn_input, 3, 1e-4, 2e-4);
+}
+
 CL_TEST(conv_stride_pad_bias)
 {
     run_parity(build_conv, 2, 1e-4, 2e-4);

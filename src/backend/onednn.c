@@ -28,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/onednn_arena.h"
+#include "backend/onednn_bn.h"
 #include "core/error.h"
 #include "core/mem.h"
 
@@ -57,7 +58,10 @@ typedef enum dn_step_kind {
     STEP_BN_STATS, /* running statistics update of BN node `node` */
     STEP_LOSS,     /* softmax cross-entropy: loss and dlogits */
     STEP_HOOK,     /* grad_ready(aux) */
-    STEP_FOLD      /* inference: BN folded into conv `node`'s weights */
+    STEP_FOLD,     /* inference: BN folded into conv `node`'s weights */
+    STEP_BN_FWD,   /* BN training forward on nChw16c (onednn_bn.c) */
+    STEP_BN_INFER, /* BN with given statistics on nChw16c */
+    STEP_BN_BWD    /* BN backward on nChw16c */
 } dn_step_kind;
 
 typedef struct dn_step {
@@ -99,6 +103,7 @@ typedef struct dn_node {
     float *w, *wb;     /* reordered weight copies, NULL for the plain arena */
     float *bias;       /* inference: folded bias (out_ch) */
     int mean, var, ws; /* stores */
+    int own_bn;        /* BN runs as onednn_bn.c loops, not a primitive */
 } dn_node;
 
 typedef struct dn_ctx {
@@ -826,6 +831,18 @@ fail:
     return st;
 }
 
+/* Whether md is nChw16c f32 with whole channel blocks (no padding). */
+static int own_bn_fits(const dnnl_memory_desc_t *md)
+{
+    dnnl_memory_desc_t blk;
+    if (md->ndims != 4 || md->dims[1] % 16 != 0)
+        return 0;
+    if (dnnl_memory_desc_init_by_tag(&blk, 4, md->dims, DN_DT, dnnl_nChw16c) !=
+        dnnl_success)
+        return 0;
+    return md_eq(&blk, md);
+}
+
 static cl_status plan_bn_fwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -848,6 +865,29 @@ static cl_status plan_bn_fwd(dn_ctx *d, int i)
     int dst = d->t[rep(d, n->out)].store;
     float *gamma = cl_graph_param(g, n->param[0]);
     float *beta = cl_graph_param(g, n->param[1]);
+    if (own_bn_fits(&md)) {
+        /* See onednn_bn.h for why these are not oneDNN primitives. */
+        x->own_bn = 1;
+        if (d->mode == CL_PLAN_TRAIN) {
+            TRY(md_store(d, &cmd, &x->mean));
+            TRY(md_store(d, &cmd, &x->var));
+            TRY(step_new(d, &d->fwd_train, STEP_BN_FWD, i,
+                         "batch normalization forward", i, &s));
+            arg_store(d, s, 0, src, &md);
+            arg_store(d, s, 1, dst, &md);
+            arg_store(d, s, 2, x->mean, &cmd);
+            arg_store(d, s, 3, x->var, &cmd);
+            TRY(step_new(d, &d->fwd_train, STEP_BN_STATS, i,
+                         "running statistics", i, &s));
+            arg_store(d, s, 0, x->mean, &cmd);
+            arg_store(d, s, 1, x->var, &cmd);
+        }
+        TRY(step_new(d, &d->fwd_eval, STEP_BN_INFER, i,
+                     "batch normalization inference", i, &s));
+        arg_store(d, s, 0, src, &md);
+        arg_store(d, s, 1, dst, &md);
+        return CL_OK;
+    }
     if (d->mode == CL_PLAN_TRAIN) {
         DN(dnnl_batch_normalization_forward_desc_init(
                &bd, dnnl_forward_training, &md, a->eps, flags),
@@ -1332,6 +1372,20 @@ static cl_status plan_bn_bwd(dn_ctx *d, int i)
         /* The parameters still need gradients: dx goes to a scratch. */
         TRY(md_store(d, md, &tgt));
     }
+    if (x->own_bn) {
+        TRY(step_new(d, &d->bwd, STEP_BN_BWD, i, "batch normalization backward",
+                     tb(d, i), &s));
+        arg_store(d, s, 0, tgt, md);
+        arg_store(d, s, 1, dy, md);
+        arg_store(d, s, 2, d->t[rep(d, n->in[0])].store, md);
+        arg_store(d, s, 3, x->mean, &cmd);
+        arg_store(d, s, 4, x->var, &cmd);
+        if (acc)
+            TRY(accumulate(d, i, n->in[0], tgt));
+        TRY(hook_step(d, i, n->param[0]));
+        TRY(hook_step(d, i, n->param[1]));
+        return CL_OK;
+    }
     DN(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, md, md,
                                                    a->eps, flags),
        i, "batch normalization backward descriptor");
@@ -1686,6 +1740,34 @@ static void fold_bn(dn_ctx *d, const dn_step *s)
     }
 }
 
+/* The onednn_bn.c loops of a BN step. */
+static void own_bn(dn_ctx *d, const dn_step *s)
+{
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    const cl_shape *xs = &gt(d, n->in[0])->shape;
+    const int N = (int)xs->d[0], C = (int)xs->d[1];
+    const int64_t HW = xs->d[2] * xs->d[3];
+    const float *gamma = cl_graph_param(g, n->param[0]);
+    const float *beta = cl_graph_param(g, n->param[1]);
+    int relu = d->nd[s->node].relu;
+    float *p[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int k = 0; k < s->nargs && k < 5; k++)
+        p[k] = arg_ptr(d, &s->args[k]);
+    if (s->kind == STEP_BN_FWD)
+        cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, N, C, HW,
+                                 a->eps, relu);
+    else if (s->kind == STEP_BN_INFER)
+        cl_dnnl_bn_forward_infer(
+            p[1], p[0], gamma, beta, cl_graph_buffer(g, n->buf[0]),
+            cl_graph_buffer(g, n->buf[1]), N, C, HW, a->eps, relu);
+    else
+        cl_dnnl_bn_backward(p[0], cl_graph_grad(g, n->param[0]),
+                            cl_graph_grad(g, n->param[1]), p[1], p[2], p[3],
+                            p[4], gamma, beta, N, C, HW, a->eps, relu);
+}
+
 static cl_status run_list(dn_ctx *d, dn_list *l)
 {
     cl_status st = CL_OK;
@@ -1711,6 +1793,11 @@ static cl_status run_list(dn_ctx *d, dn_list *l)
             break;
         case STEP_FOLD:
             fold_bn(d, s);
+            break;
+        case STEP_BN_FWD:
+        case STEP_BN_INFER:
+        case STEP_BN_BWD:
+            own_bn(d, s);
             break;
         }
     }
