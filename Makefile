@@ -32,3 +32,10 @@ format:
 
 clean:
 	rm -rf $(BUILD) build-sanitize
+
+# libFuzzer targets over every parser (clang, ASan+UBSan), then a short run
+# of each on its corpus: FUZZ_SECONDS per target (tests/fuzz/ci.sh).
+FUZZ_SECONDS ?= 20
+.PHONY: fuzz
+fuzz: deps
+	bash tests/fuzz/ci.sh $(FUZZ_SECONDS)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Fuzzes targets by hand: run.sh SECONDS [target...] (default: all, one after
+# the other).  New inputs go to $FUZZ_WORK/<target>/ (not the committed
+# corpus); crashes to $FUZZ_WORK/crashes/; a summary line per target
+# (executions, coverage, crashes) is printed at the end.
+# BUILD (default build-fuzz) must hold a CL_FUZZ=ON tree.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+secs="${1:-600}"
+shift || true
+build="${BUILD:-$root/build-fuzz}"
+work="${FUZZ_WORK:-/tmp/classic-fuzz}"
+targets=("$@")
+if [ "${#targets[@]}" -eq 0 ]; then
+  targets=(idx cifar_bin cifar_tar jpeg png safetensors json yaml
+           class_indexing)
+fi
+mkdir -p "$work/crashes"
+status=0
+for t in "${targets[@]}"; do
+  bin="$build/fuzz_$t"
+  [ -x "$bin" ] || { echo "run.sh: $bin missing (make fuzz)"; exit 2; }
+  mkdir -p "$work/$t"
+  log="$work/$t.log"
+  # rss/malloc limits: a hostile header must not make us allocate 2 GB.
+  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -malloc_limit_mb=1024 -print_final_stats=1 \
+    -artifact_prefix="$work/crashes/$t-" "$work/$t" "$here/corpus/$t" \
+    >"$log" 2>&1
+  rc=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" |
+          grep -o '[0-9]*$')
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
+  crashes=$(ls "$work/crashes" 2>/dev/null | grep -c "^$t-" || true)
+  echo "$t: ${secs}s rc=$rc execs=${execs:-?} ${cov:-cov: ?}" \
+       "artifacts=$crashes log=$log"
+  [ "$rc" -eq 0 ] || status=1
+done
+exit $status
