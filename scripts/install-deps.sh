@@ -9,6 +9,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   libjpeg62-turbo-dev libpng-dev zlib1g-dev libyaml-dev
   dataset-fashion-mnist
+  chromium
   python3-torch python3-torchvision nodejs npm
   clang libclang-rt-14-dev libomp-14-dev
 )

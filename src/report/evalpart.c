@@ -1,0 +1,313 @@
+/* The report's evaluation: the run's checkpoint over (part of) its
+ * validation split, keeping the confusion matrix and the most confidently
+ * misclassified samples, whose images are embedded as PNG data. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "io/checkpoint.h"
+#include "report/report_internal.h"
+#include "train/evaluate.h"
+#include "train/model.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+/* Stored images are shrunk to this longest side: 16 full-size photos
+ * would make a page of megabytes, and the grid shows them at ~120 px. */
+#define MISS_MAX_SIDE 160
+
+typedef struct miss_ctx {
+    const cl_dataset *ds;
+    cl__miss *top; /* top: (cap), most confident first */
+    int n, cap;
+} miss_ctx;
+
+/* Keeps the `cap` wrong predictions of highest softmax confidence; the
+ * prediction is the arg-max with ties to the lower index, as in
+ * cl_metrics_add. */
+static void on_sample(void *vctx, int64_t index, const float *row, int dim,
+                      const float *logits, int k)
+{
+    (void)row;
+    (void)dim;
+    miss_ctx *c = vctx;
+    if (index < 0 || index >= cl_dataset_count(c->ds) || c->cap == 0)
+        return;
+    int truth = cl_dataset_label(c->ds, index);
+    int pred = 0;
+    for (int j = 1; j < k; j++)
+        if (logits[j] > logits[pred])
+            pred = j;
+    if (pred == truth || truth < 0 || truth >= k || !isfinite(logits[pred]))
+        return;
+    double se = 0;
+    for (int j = 0; j < k; j++)
+        se += exp((double)logits[j] - logits[pred]);
+    double conf = 1 / se;
+    if (c->n == c->cap && conf <= c->top[c->n - 1].conf)
+        return;
+    int at = c->n < c->cap ? c->n++ : c->n - 1;
+    while (at > 0 && c->top[at - 1].conf < conf) {
+        c->top[at] = c->top[at - 1];
+        at--;
+    }
+    c->top[at].index = index;
+    c->top[at].truth = truth;
+    c->top[at].pred = pred;
+    c->top[at].conf = conf;
+    c->top[at].p_true = exp((double)logits[truth] - logits[pred]) / se;
+}
+
+/* Box-filter shrink of img (h, w, c) so its longer side is <= max. */
+static cl_status shrink(const cl_image *img, int max, uint8_t **out, int *oh,
+                        int *ow)
+{
+    int f = 1;
+    while ((img->h + f - 1) / f > max || (img->w + f - 1) / f > max)
+        f++;
+    int h = img->h / f > 0 ? img->h / f : 1;
+    int w = img->w / f > 0 ? img->w / f : 1;
+    const int c = img->c;
+    size_t bytes;
+    CL_TRY(cl_mul_size((size_t)h * (size_t)w, (size_t)c, &bytes, "thumb"));
+    uint8_t *p = cl_alloc(bytes, "thumbnail"); /* p: (h, w, c) */
+    if (!p)
+        return CL_ERR_NOMEM;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                unsigned sum = 0, n = 0;
+                for (int dy = 0; dy < f && y * f + dy < img->h; dy++)
+                    for (int dx = 0; dx < f && x * f + dx < img->w; dx++) {
+                        size_t i = ((size_t)(y * f + dy) * img->w +
+                                    (size_t)(x * f + dx)) *
+                                       c +
+                                   ch;
+                        sum += img->data[i];
+                        n++;
+                    }
+                p[((size_t)y * w + x) * c + ch] = (uint8_t)(sum / n);
+            }
+    *out = p;
+    *oh = h;
+    *ow = w;
+    return CL_OK;
+}
+
+static cl_status embed_images(cl__report_eval *ev, const cl_dataset *ds)
+{
+    cl_image img;
+    memset(&img, 0, sizeof img);
+    cl_strbuf png, b64;
+    cl_strbuf_init(&png);
+    cl_strbuf_init(&b64);
+    cl_status s = CL_OK;
+    ev->miss_png = cl_alloc_zero((size_t)(ev->n_miss ? ev->n_miss : 1) *
+                                     sizeof *ev->miss_png,
+                                 "miss images");
+    if (!ev->miss_png)
+        return CL_ERR_NOMEM;
+    for (int i = 0; i < ev->n_miss; i++) {
+        int32_t label;
+        uint8_t *thumb = NULL;
+        int h = 0, w = 0;
+        png.len = b64.len = 0;
+        s = cl_dataset_get(ds, ev->miss[i].index, 0, &img, &label);
+        if (s == CL_OK)
+            s = shrink(&img, MISS_MAX_SIDE, &thumb, &h, &w);
+        if (s == CL_OK)
+            s = cl__png_encode(&png, thumb, h, w, img.c);
+        if (s == CL_OK)
+            s = cl__base64(&b64, (const uint8_t *)png.data, png.len);
+        cl_free(thumb);
+        if (s == CL_ERR_NOMEM)
+            break;
+        if (s != CL_OK) {
+            /* One unreadable image leaves an empty tile, not a failed
+             * report. */
+            cl_clear_error();
+            s = CL_OK;
+            continue;
+        }
+        ev->miss_png[i] = cl_alloc(b64.len + 1, "miss image");
+        if (!ev->miss_png[i]) {
+            s = CL_ERR_NOMEM;
+            break;
+        }
+        memcpy(ev->miss_png[i], cl_strbuf_str(&b64), b64.len + 1);
+        ev->img_h = h;
+        ev->img_w = w;
+    }
+    cl_image_free(&img);
+    cl_strbuf_free(&png);
+    cl_strbuf_free(&b64);
+    return s;
+}
+
+static void note(cl__report_eval *ev, const char *what)
+{
+    snprintf(ev->note, sizeof ev->note, "%s: %s", what,
+             cl_last_error()[0] ? cl_last_error() : "unknown error");
+    cl_clear_error();
+}
+
+cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
+                              cl__report_eval *ev)
+{
+    memset(ev, 0, sizeof *ev);
+    if (!o->eval) {
+        snprintf(ev->note, sizeof ev->note,
+                 "the checkpoint evaluation was not requested");
+        return CL_OK;
+    }
+    if (!rl->ckpt[0]) {
+        snprintf(ev->note, sizeof ev->note,
+                 "no checkpoint in the run directory yet: the confusion "
+                 "matrix, per-class accuracy and misclassified images "
+                 "appear once the run has written one");
+        return CL_OK;
+    }
+    cl_model m;
+    cl_dataset *ds = NULL;
+    cl_transforms *tf = NULL;
+    cl_loader *ld = NULL;
+    cl_metrics met;
+    miss_ctx mc = {NULL, NULL, 0, 0};
+    memset(&met, 0, sizeof met);
+    int model_open = 0;
+    cl_status s = CL_OK;
+    double t0 = cl_time_now();
+
+    int64_t limit = o->limit > 0 ? o->limit : 2000;
+    int batch = o->batch > 0 ? o->batch : 100;
+    if (batch > limit)
+        batch = (int)limit;
+    if (cl_model_open(&m, rl->ckpt, batch, o->backend ? o->backend : "onednn",
+                      CL_PLAN_INFER, o->threads) != CL_OK) {
+        note(ev, "the checkpoint could not be opened");
+        return CL_OK;
+    }
+    model_open = 1;
+    if (rl->cfg.limit_val > 0 && rl->cfg.limit_val < limit)
+        limit = rl->cfg.limit_val;
+    if (m.cfg.limit_val > 0 && m.cfg.limit_val < limit)
+        limit = m.cfg.limit_val;
+    if (o->data_dir)
+        snprintf(m.cfg.data_dir, sizeof m.cfg.data_dir, "%s", o->data_dir);
+
+    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    cl_transform_opts to;
+    int h = 0, w = 0, c = 0;
+    if (cl_recipe_dataset(&m.cfg, CL_USAGE_TEST, dir, sizeof dir, &spec) !=
+        CL_OK) {
+        note(ev, "the validation split is not configured");
+        goto done;
+    }
+    spec.num_classes = m.num_classes;
+    if (cl_dataset_open(&ds, &spec) != CL_OK) {
+        note(ev, "the validation split could not be opened");
+        goto done;
+    }
+    cl_dataset_image_dims(ds, &h, &w, &c);
+    if (cl_model_transforms(&m, h, w, &to) != CL_OK ||
+        cl_transforms_create(&tf, &to) != CL_OK) {
+        note(ev, "the evaluation transforms are invalid");
+        goto done;
+    }
+    cl_loader_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.dataset = ds;
+    lo.tf = tf;
+    lo.batch_size = batch;
+    lo.workers = m.cfg.num_parallel_workers;
+    lo.prefetch = m.cfg.prefetch;
+    lo.num_classes = m.num_classes;
+    lo.limit = limit;
+    if (cl_loader_create(&ld, &lo) != CL_OK) {
+        note(ev, "the validation loader could not start");
+        goto done;
+    }
+    if ((s = cl_metrics_init(&met, m.num_classes)) != CL_OK)
+        goto done;
+    mc.ds = ds;
+    mc.cap = o->top_wrong < 0 ? 0 : o->top_wrong > 64 ? 64 : o->top_wrong;
+    mc.top = cl_alloc((size_t)(mc.cap ? mc.cap : 1) * sizeof *mc.top,
+                      "misclassified");
+    if (!mc.top) {
+        s = CL_ERR_NOMEM;
+        goto done;
+    }
+    if (cl_evaluate(m.be, ld, &met, NULL, on_sample, &mc) != CL_OK) {
+        note(ev, "the evaluation failed");
+        goto done;
+    }
+
+    const int k = m.num_classes;
+    ev->k = k;
+    ev->cm = cl_alloc((size_t)k * (size_t)k * sizeof *ev->cm, "confusion");
+    ev->names = cl_alloc_zero((size_t)k * sizeof *ev->names, "class names");
+    if (!ev->cm || !ev->names) {
+        s = CL_ERR_NOMEM;
+        goto done;
+    }
+    memcpy(ev->cm, met.confusion, (size_t)k * (size_t)k * sizeof *ev->cm);
+    for (int i = 0; i < k; i++) {
+        const char *n = m.class_names[i];
+        size_t l = strlen(n);
+        ev->names[i] = cl_alloc(l + 1, "class name");
+        if (!ev->names[i]) {
+            s = CL_ERR_NOMEM;
+            goto done;
+        }
+        memcpy(ev->names[i], n, l + 1);
+    }
+    ev->samples = cl_metrics_count(&met);
+    ev->correct = met.counts[1];
+    ev->correct5 = met.counts[2];
+    ev->loss_sum = met.loss_sum;
+    ev->miss = mc.top;
+    ev->n_miss = mc.n;
+    mc.top = NULL;
+    snprintf(ev->split, sizeof ev->split, "%s", m.cfg.val_split);
+    snprintf(ev->dataset, sizeof ev->dataset, "%s", cl_dataset_format(ds));
+    if ((s = embed_images(ev, ds)) != CL_OK)
+        goto done;
+    cl_ckpt_read_meta(rl->ckpt, CL_META_EPOCH, ev->ckpt_epoch,
+                      sizeof ev->ckpt_epoch);
+    cl_ckpt_read_meta(rl->ckpt, CL_META_STEP, ev->ckpt_step,
+                      sizeof ev->ckpt_step);
+    cl_ckpt_read_meta(rl->ckpt, CL_META_VERSION, ev->ckpt_version,
+                      sizeof ev->ckpt_version);
+    cl_clear_error();
+    ev->done = 1;
+done:
+    ev->seconds = cl_time_now() - t0;
+    cl_free(mc.top);
+    cl_metrics_free(&met);
+    cl_loader_destroy(ld);
+    cl_transforms_destroy(tf);
+    cl_dataset_close(ds);
+    if (model_open)
+        cl_model_close(&m);
+    return s;
+}
+
+void cl__report_eval_free(cl__report_eval *ev)
+{
+    if (ev->names)
+        for (int i = 0; i < ev->k; i++)
+            cl_free(ev->names[i]);
+    cl_free(ev->names);
+    cl_free(ev->cm);
+    if (ev->miss_png)
+        for (int i = 0; i < ev->n_miss; i++)
+            cl_free(ev->miss_png[i]);
+    cl_free(ev->miss_png);
+    cl_free(ev->miss);
+    memset(ev, 0, sizeof *ev);
+}
