@@ -311,3 +311,93 @@ CL_TEST(torch_convert_refusals)
     CHECK_OK(cl_ckpt_read_meta(st, "arch", arch, sizeof arch));
     CHECK(strcmp(arch, "resnet18") == 0);
 }
+
+/* ---- 2. ONNX ---------------------------------------------------------- */
+
+/* A classic checkpoint of g (resnet, imagenet stem) with the metadata
+ * cl_model_open reads. */
+static cl_status save_ckpt(const char *path, const cl_graph *g, int depth,
+                           int k, int side)
+{
+    char arch[16], kk[16], sz[16];
+    snprintf(arch, sizeof arch, "resnet%d", depth);
+    snprintf(kk, sizeof kk, "%d", k);
+    snprintf(sz, sizeof sz, "%d", side);
+    cl_ckpt_kv meta[] = {{"arch", arch},
+                         {"stem", "imagenet"},
+                         {"in_channels", "3"},
+                         {"num_classes", kk},
+                         {"image_size", sz},
+                         {"mean", "0.485,0.456,0.406"},
+                         {"std", "0.229,0.224,0.225"},
+                         {"class_names", "[\"w\",\"x\",\"y\",\"z\"]"}};
+    return cl_ckpt_save_model(path, g, meta, 8);
+}
+
+/* Exports a checkpoint, runs it with ONNX Runtime on n images and compares
+ * with classic's onednn inference. */
+static void onnx_case(int depth, int side, int n, const char *batch_opt)
+{
+    const int K = 4;
+    char cmd[4096];
+    const char *ck = cl_test_path("m.safetensors");
+    const char *onnx = cl_test_path("m.onnx");
+    const char *xin = cl_test_path("onnx_x.bin");
+    const char *yout = cl_test_path("onnx_y.bin");
+    const char *bin = getenv("CLASSIC_BIN");
+    REQUIRE(bin);
+    cl_graph g;
+    REQUIRE_OK(build_resnet(&g, depth, K, side, 1));
+    golden_fill(&g);
+    REQUIRE_OK(save_ckpt(ck, &g, depth, K, side));
+    cl_graph_free(&g);
+    snprintf(cmd, sizeof cmd, "%s export --checkpoint %s --onnx %s %s", bin, ck,
+             onnx, batch_opt);
+    REQUIRE(cl_test_run(cmd) == 0);
+    snprintf(cmd, sizeof cmd,
+             CL_SOURCE_DIR "/tests/onnx/setup.sh " CL_BINARY_DIR "/onnx");
+    REQUIRE(cl_test_run(cmd) == 0);
+
+    size_t per = (size_t)3 * side * side;
+    float *x = malloc(per * n * sizeof(float));
+    float *want = malloc((size_t)n * K * sizeof(float));
+    REQUIRE(x && want);
+    make_images(x, n, side, 11);
+    REQUIRE(write_floats(xin, x, per * n) == 0);
+    snprintf(cmd, sizeof cmd,
+             "node " CL_SOURCE_DIR "/tests/onnx/run.js " CL_BINARY_DIR
+             "/onnx %s %s %d,3,%d,%d %s",
+             onnx, xin, n, side, side, yout);
+    REQUIRE(cl_test_run(cmd) == 0);
+    float *ort = read_floats(yout, (size_t)n * K);
+    REQUIRE(ort);
+
+    cl_model m;
+    REQUIRE_OK(cl_model_open(&m, ck, n, "onednn", CL_PLAN_INFER, 0));
+    CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
+    CHECK_OK(cl_backend_forward(m.be, 0, NULL));
+    CHECK_OK(cl_backend_read(m.be, m.g.logits, want));
+    cl_model_close(&m);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double e = rel_err(ort + i * K, want + i * K, K);
+        worst = e > worst ? e : worst;
+        CHECK(argmax(ort + i * K, K) == argmax(want + i * K, K));
+    }
+    printf("onnx resnet%d %dx%d %s: ORT vs classic onednn max rel err %.3g\n",
+           depth, side, side, batch_opt[0] ? batch_opt : "dynamic", worst);
+    CHECK(worst < 1e-4);
+    free(ort);
+    free(want);
+    free(x);
+}
+
+CL_TEST(onnx_resnet18_dynamic_batch)
+{
+    onnx_case(18, 64, 5, "");
+}
+
+CL_TEST(onnx_resnet50_fixed_batch)
+{
+    onnx_case(50, 32, 3, "--batch 3");
+}

@@ -7,5 +7,7 @@ if [ -d "$prefix/node_modules/onnxruntime-node" ]; then
   exit 0
 fi
 mkdir -p "$prefix"
-npm install --silent --no-audit --no-fund --prefix "$prefix" \
+# --ignore-scripts: the package ships the CPU runtime; its install script
+# only fetches optional GPU binaries from GitHub.
+npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$prefix" \
   onnxruntime-node@1.20.1 >&2

@@ -1,0 +1,94 @@
+/* `classic export`: a checkpoint's inference graph as an ONNX model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/error.h"
+#include "interop/interop.h"
+#include "train/model.h"
+
+static void usage(void)
+{
+    printf("usage: classic export --checkpoint FILE --onnx OUT.onnx "
+           "[--batch N]\n\n"
+           "Writes the checkpoint's inference graph as ONNX (opset 13): "
+           "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
+           "BatchNorm folded into the convs.\nWithout --batch the batch "
+           "dimension is symbolic (\"N\").  metadata_props\ncarry the "
+           "preprocessing: image_size, resize, mean, std, class_names.\n");
+}
+
+int cl_cmd_export(int argc, char **argv)
+{
+    if (cl_cli_is_help(argc, argv)) {
+        usage();
+        return 0;
+    }
+    const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
+    const char *out = cl_cli_option(argc, argv, "--onnx");
+    const char *batch_s = cl_cli_option(argc, argv, "--batch");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--checkpoint") == 0 ||
+            strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0)
+            i++;
+        else {
+            fprintf(stderr, "classic: export: unexpected argument %s\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    if (!ckpt || !out) {
+        fprintf(stderr, "classic: export: --checkpoint FILE and --onnx OUT are "
+                        "required\n");
+        return 2;
+    }
+    int batch = 0;
+    if (batch_s) {
+        char *end = NULL;
+        long b = strtol(batch_s, &end, 10);
+        if (end == batch_s || *end || b < 1 || b > 65536) {
+            fprintf(stderr, "classic: export: --batch must be in [1, 65536]\n");
+            return 2;
+        }
+        batch = (int)b;
+    }
+    cl_model m;
+    cl_status s =
+        cl_model_open(&m, ckpt, batch > 0 ? batch : 1, "ref", CL_PLAN_INFER, 1);
+    if (s != CL_OK)
+        return cl_cli_fail("export", s);
+    static const char *const keys[] = {"arch",       "stem", "num_classes",
+                                       "image_size", "mean", "std",
+                                       "class_names"};
+    enum { NK = sizeof keys / sizeof keys[0] };
+    static char vals[NK][8192];
+    cl_onnx_kv kv[NK + 2];
+    int n = 0;
+    for (int k = 0; k < NK; k++) {
+        if ((s = cl_ckpt_read_meta(ckpt, keys[k], vals[k], sizeof vals[k])) !=
+            CL_OK) {
+            cl_model_close(&m);
+            return cl_cli_fail("export", s);
+        }
+        if (vals[k][0])
+            kv[n++] = (cl_onnx_kv){keys[k], vals[k]};
+    }
+    char crop[32], pre[256];
+    double pct = m.cfg.crop_pct > 0 ? m.cfg.crop_pct : 0.875;
+    snprintf(crop, sizeof crop, "%g", pct);
+    snprintf(pre, sizeof pre,
+             "RGB in [0,1]; resize the shorter side to %d (image_size / "
+             "crop_pct), center-crop %dx%d; (x - mean) / std per channel; "
+             "NCHW float32",
+             (int)(m.side / pct + 0.5), m.side, m.side);
+    kv[n++] = (cl_onnx_kv){"crop_pct", crop};
+    kv[n++] = (cl_onnx_kv){"preprocessing", pre};
+    cl_onnx_opts o = {batch, kv, n};
+    s = cl_interop_export_onnx(&m.g, out, &o);
+    cl_model_close(&m);
+    if (s != CL_OK)
+        return cl_cli_fail("export", s);
+    printf("wrote %s (%s batch)\n", out, batch ? batch_s : "dynamic");
+    return 0;
+}

@@ -1,0 +1,378 @@
+/* ONNX export of a ResNet inference graph, written as protobuf by hand
+ * (field numbers of onnx/onnx.proto3). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+#include "interop/interop.h"
+#include "interop/protobuf.h"
+#include "io/atomic.h"
+
+/* onnx.proto3 field numbers. */
+enum {
+    MODEL_IR_VERSION = 1,
+    MODEL_PRODUCER_NAME = 2,
+    MODEL_PRODUCER_VERSION = 3,
+    MODEL_GRAPH = 7,
+    MODEL_OPSET_IMPORT = 8,
+    MODEL_METADATA_PROPS = 14,
+    OPSET_DOMAIN = 1,
+    OPSET_VERSION = 2,
+    KV_KEY = 1,
+    KV_VALUE = 2,
+    GRAPH_NODE = 1,
+    GRAPH_NAME = 2,
+    GRAPH_INITIALIZER = 5,
+    GRAPH_INPUT = 11,
+    GRAPH_OUTPUT = 12,
+    NODE_INPUT = 1,
+    NODE_OUTPUT = 2,
+    NODE_NAME = 3,
+    NODE_OP_TYPE = 4,
+    NODE_ATTRIBUTE = 5,
+    ATTR_NAME = 1,
+    ATTR_I = 3,
+    ATTR_INTS = 8,
+    ATTR_TYPE = 20,
+    ATTR_TYPE_INT = 2,
+    ATTR_TYPE_INTS = 7,
+    TENSOR_DIMS = 1,
+    TENSOR_DATA_TYPE = 2,
+    TENSOR_NAME = 8,
+    TENSOR_RAW_DATA = 9,
+    TENSOR_FLOAT = 1,
+    VI_NAME = 1,
+    VI_TYPE = 2,
+    TYPE_TENSOR = 1,
+    TT_ELEM_TYPE = 1,
+    TT_SHAPE = 2,
+    SHAPE_DIM = 1,
+    DIM_VALUE = 1,
+    DIM_PARAM = 2
+};
+
+static void tensor_name(const cl_graph *g, int t, char *buf, size_t n)
+{
+    if (t == g->input)
+        snprintf(buf, n, "input");
+    else if (t == g->logits)
+        snprintf(buf, n, "logits");
+    else
+        snprintf(buf, n, "t%d", t);
+}
+
+static void attr_int(cl_pb_writer *node, const char *name, int64_t v)
+{
+    cl_pb_writer a;
+    cl_pb_writer_init(&a);
+    cl_pb_put_string(&a, ATTR_NAME, name);
+    cl_pb_put_int64(&a, ATTR_I, v);
+    cl_pb_put_varint(&a, ATTR_TYPE, ATTR_TYPE_INT);
+    cl_pb_put_message(node, NODE_ATTRIBUTE, &a);
+    cl_pb_writer_free(&a);
+}
+
+static void attr_ints(cl_pb_writer *node, const char *name, const int *v, int n)
+{
+    cl_pb_writer a;
+    cl_pb_writer_init(&a);
+    cl_pb_put_string(&a, ATTR_NAME, name);
+    for (int i = 0; i < n; i++)
+        cl_pb_put_int64(&a, ATTR_INTS, v[i]);
+    cl_pb_put_varint(&a, ATTR_TYPE, ATTR_TYPE_INTS);
+    cl_pb_put_message(node, NODE_ATTRIBUTE, &a);
+    cl_pb_writer_free(&a);
+}
+
+/* A node of op_type with up to 3 inputs (NULL ends the list); the caller
+ * adds attributes to *node and then calls node_end. */
+static void node_begin(cl_pb_writer *node, const char *op, const char *name,
+                       const char *const *in, int n_in, const char *out)
+{
+    cl_pb_writer_init(node);
+    for (int i = 0; i < n_in; i++)
+        cl_pb_put_string(node, NODE_INPUT, in[i]);
+    cl_pb_put_string(node, NODE_OUTPUT, out);
+    cl_pb_put_string(node, NODE_NAME, name);
+    cl_pb_put_string(node, NODE_OP_TYPE, op);
+}
+
+static void node_end(cl_pb_writer *graph, cl_pb_writer *node)
+{
+    cl_pb_put_message(graph, GRAPH_NODE, node);
+    cl_pb_writer_free(node);
+}
+
+static void initializer(cl_pb_writer *graph, const char *name,
+                        const int64_t *dims, int ndim, const float *v, size_t n)
+{
+    cl_pb_writer t;
+    cl_pb_writer_init(&t);
+    for (int i = 0; i < ndim; i++)
+        cl_pb_put_int64(&t, TENSOR_DIMS, dims[i]);
+    cl_pb_put_varint(&t, TENSOR_DATA_TYPE, TENSOR_FLOAT);
+    cl_pb_put_string(&t, TENSOR_NAME, name);
+    /* raw_data is little-endian, as the hosts classic runs on. */
+    cl_pb_put_bytes(&t, TENSOR_RAW_DATA, v, n * sizeof(float));
+    cl_pb_put_message(graph, GRAPH_INITIALIZER, &t);
+    cl_pb_writer_free(&t);
+}
+
+/* ValueInfoProto of a float tensor; dims[0] < 0 writes dim_param "N". */
+static void value_info(cl_pb_writer *graph, int field, const char *name,
+                       const int64_t *dims, int ndim)
+{
+    cl_pb_writer vi, ty, tt, sh;
+    cl_pb_writer_init(&vi);
+    cl_pb_writer_init(&ty);
+    cl_pb_writer_init(&tt);
+    cl_pb_writer_init(&sh);
+    for (int i = 0; i < ndim; i++) {
+        cl_pb_writer d;
+        cl_pb_writer_init(&d);
+        if (dims[i] < 0)
+            cl_pb_put_string(&d, DIM_PARAM, "N");
+        else
+            cl_pb_put_int64(&d, DIM_VALUE, dims[i]);
+        cl_pb_put_message(&sh, SHAPE_DIM, &d);
+        cl_pb_writer_free(&d);
+    }
+    cl_pb_put_varint(&tt, TT_ELEM_TYPE, TENSOR_FLOAT);
+    cl_pb_put_message(&tt, TT_SHAPE, &sh);
+    cl_pb_put_message(&ty, TYPE_TENSOR, &tt);
+    cl_pb_put_string(&vi, VI_NAME, name);
+    cl_pb_put_message(&vi, VI_TYPE, &ty);
+    cl_pb_put_message(graph, field, &vi);
+    cl_pb_writer_free(&sh);
+    cl_pb_writer_free(&tt);
+    cl_pb_writer_free(&ty);
+    cl_pb_writer_free(&vi);
+}
+
+/* The BN node reading conv output t alone, or -1. */
+static int bn_after(const cl_graph *g, int conv)
+{
+    int t = g->nodes[conv].out;
+    if (g->tensors[t].n_consumers != 1)
+        return -1;
+    for (int j = conv + 1; j < g->n_nodes; j++)
+        if (g->nodes[j].op == CL_OP_BATCHNORM2D && g->nodes[j].in[0] == t)
+            return j;
+    return -1;
+}
+
+/* Conv (+ folded BN): W' = W * gamma / sqrt(var + eps), b' = beta +
+ * (b - mean) * gamma / sqrt(var + eps), all in double. */
+static cl_status emit_conv(const cl_graph *g, int i, int bn,
+                           cl_pb_writer *graph, const char *in, const char *out)
+{
+    const cl_node *n = &g->nodes[i];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    int wt = n->param[0];
+    const float *w = cl_graph_param(g, wt);
+    const float *cb = a->has_bias ? cl_graph_param(g, n->param[1]) : NULL;
+    size_t nw = (size_t)cl_graph_numel(g, wt);
+    size_t per = nw / (size_t)a->out_ch;
+    float *fw = cl_alloc(nw * sizeof(float), "onnx conv weight");
+    float *fb = cl_alloc((size_t)a->out_ch * sizeof(float), "onnx conv bias");
+    if (!fw || !fb) {
+        cl_free(fw);
+        cl_free(fb);
+        return CL_ERR_NOMEM;
+    }
+    const cl_node *b = bn >= 0 ? &g->nodes[bn] : NULL;
+    for (int o = 0; o < a->out_ch; o++) {
+        double scale = 1, shift = cb ? cb[o] : 0;
+        if (b) {
+            const float *gamma = cl_graph_param(g, b->param[0]);
+            const float *beta = cl_graph_param(g, b->param[1]);
+            const float *mean = cl_graph_buffer(g, b->buf[0]);
+            const float *var = cl_graph_buffer(g, b->buf[1]);
+            scale = gamma[o] / sqrt((double)var[o] + b->attr.batchnorm2d.eps);
+            shift = beta[o] + (shift - mean[o]) * scale;
+        }
+        for (size_t k = 0; k < per; k++)
+            fw[o * per + k] = (float)(w[o * per + k] * scale);
+        fb[o] = (float)shift;
+    }
+    char wn[96], bname[96];
+    snprintf(wn, sizeof wn, "%s.weight", n->name);
+    snprintf(bname, sizeof bname, "%s.bias", n->name);
+    initializer(graph, wn, g->tensors[wt].shape.d, 4, fw, nw);
+    int64_t od = a->out_ch;
+    initializer(graph, bname, &od, 1, fb, (size_t)a->out_ch);
+    cl_free(fw);
+    cl_free(fb);
+    const char *ins[3] = {in, wn, bname};
+    cl_pb_writer node;
+    node_begin(&node, "Conv", n->name, ins, 3, out);
+    int ks[2] = {a->kh, a->kw}, st[2] = {a->sh, a->sw};
+    int pads[4] = {a->ph, a->pw, a->ph, a->pw}, dil[2] = {a->dh, a->dw};
+    attr_ints(&node, "kernel_shape", ks, 2);
+    attr_ints(&node, "strides", st, 2);
+    attr_ints(&node, "pads", pads, 4);
+    attr_ints(&node, "dilations", dil, 2);
+    attr_int(&node, "group", a->groups);
+    node_end(graph, &node);
+    return CL_OK;
+}
+
+static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
+                             cl_pb_writer *graph)
+{
+    char *folded = cl_alloc_zero((size_t)g->n_nodes, "onnx export");
+    if (!folded)
+        return CL_ERR_NOMEM;
+    cl_status s = CL_OK;
+    cl_pb_put_string(graph, GRAPH_NAME, "classic_resnet");
+    for (int i = 0; i < g->n_nodes && s == CL_OK; i++) {
+        const cl_node *n = &g->nodes[i];
+        char in0[32], in1[32], out[32];
+        if (folded[i] || n->op == CL_OP_SOFTMAX_CE)
+            continue;
+        tensor_name(g, n->in[0], in0, sizeof in0);
+        tensor_name(g, n->out, out, sizeof out);
+        cl_pb_writer node;
+        const char *ins[3] = {in0, in1, NULL};
+        switch (n->op) {
+        case CL_OP_CONV2D: {
+            int bn = bn_after(g, i);
+            if (bn >= 0) {
+                folded[bn] = 1;
+                tensor_name(g, g->nodes[bn].out, out, sizeof out);
+            }
+            s = emit_conv(g, i, bn, graph, in0, out);
+            break;
+        }
+        case CL_OP_RELU:
+            node_begin(&node, "Relu", n->name, ins, 1, out);
+            node_end(graph, &node);
+            break;
+        case CL_OP_MAXPOOL2D: {
+            const cl_maxpool2d_attr *a = &n->attr.maxpool2d;
+            int ks[2] = {a->kh, a->kw}, st[2] = {a->sh, a->sw};
+            int pads[4] = {a->ph, a->pw, a->ph, a->pw};
+            node_begin(&node, "MaxPool", n->name, ins, 1, out);
+            attr_ints(&node, "kernel_shape", ks, 2);
+            attr_ints(&node, "strides", st, 2);
+            attr_ints(&node, "pads", pads, 4);
+            node_end(graph, &node);
+            break;
+        }
+        case CL_OP_ADD:
+            tensor_name(g, n->in[1], in1, sizeof in1);
+            node_begin(&node, "Add", n->name, ins, 2, out);
+            node_end(graph, &node);
+            break;
+        case CL_OP_GLOBAL_AVGPOOL: {
+            /* ONNX keeps (N,C,1,1); classic's pooled tensor is (N,C). */
+            char mid[48], nm[96];
+            snprintf(mid, sizeof mid, "%s_nchw", out);
+            node_begin(&node, "GlobalAveragePool", n->name, ins, 1, mid);
+            node_end(graph, &node);
+            const char *fin[1] = {mid};
+            snprintf(nm, sizeof nm, "%s.flatten", n->name);
+            node_begin(&node, "Flatten", nm, fin, 1, out);
+            attr_int(&node, "axis", 1);
+            node_end(graph, &node);
+            break;
+        }
+        case CL_OP_LINEAR: {
+            const cl_linear_attr *a = &n->attr.linear;
+            int wt = n->param[0];
+            char wn[96], bname[96];
+            snprintf(wn, sizeof wn, "%s", g->tensors[wt].name);
+            initializer(graph, wn, g->tensors[wt].shape.d, 2,
+                        cl_graph_param(g, wt), (size_t)cl_graph_numel(g, wt));
+            const char *gin[3] = {in0, wn, bname};
+            int n_in = 2;
+            if (a->has_bias) {
+                int bt = n->param[1];
+                snprintf(bname, sizeof bname, "%s", g->tensors[bt].name);
+                initializer(graph, bname, g->tensors[bt].shape.d, 1,
+                            cl_graph_param(g, bt),
+                            (size_t)cl_graph_numel(g, bt));
+                n_in = 3;
+            }
+            node_begin(&node, "Gemm", n->name, gin, n_in, out);
+            attr_int(&node, "transB", 1);
+            node_end(graph, &node);
+            break;
+        }
+        default:
+            s = cl_error(CL_ERR_UNSUPPORTED,
+                         "onnx export: node %s (%s) has no ONNX mapping "
+                         "here (a batchnorm must follow a conv)",
+                         n->name, cl_op_name(n->op));
+        }
+    }
+    cl_free(folded);
+    if (s != CL_OK)
+        return s;
+    const cl_shape *xs = &g->tensors[g->input].shape;
+    int64_t in_dims[4] = {o->batch > 0 ? o->batch : -1, xs->d[1], xs->d[2],
+                          xs->d[3]};
+    int64_t out_dims[2] = {in_dims[0], g->num_classes};
+    value_info(graph, GRAPH_INPUT, "input", in_dims, 4);
+    value_info(graph, GRAPH_OUTPUT, "logits", out_dims, 2);
+    return graph->err;
+}
+
+cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
+                                 const cl_onnx_opts *o)
+{
+    if (!g->finalized || g->input < 0 || g->logits < 0)
+        return cl_error(CL_ERR_ARG, "onnx export: graph not finalized or "
+                                    "without input/logits");
+    cl_pb_writer graph, head, tail;
+    cl_atomic_file af;
+    memset(&af, 0, sizeof af);
+    cl_pb_writer_init(&graph);
+    cl_pb_writer_init(&head);
+    cl_pb_writer_init(&tail);
+    cl_status s = build_graph(g, o, &graph);
+    if (s != CL_OK)
+        goto fail;
+    cl_pb_put_int64(&head, MODEL_IR_VERSION, 7);
+    {
+        cl_pb_writer op;
+        cl_pb_writer_init(&op);
+        cl_pb_put_string(&op, OPSET_DOMAIN, "");
+        cl_pb_put_int64(&op, OPSET_VERSION, 13);
+        cl_pb_put_message(&head, MODEL_OPSET_IMPORT, &op);
+        cl_pb_writer_free(&op);
+    }
+    cl_pb_put_string(&head, MODEL_PRODUCER_NAME, "classic");
+    cl_pb_put_string(&head, MODEL_PRODUCER_VERSION, cl_version());
+    /* The graph (all the weights) is written from its own buffer after
+     * this prefix rather than copied once more. */
+    cl_pb_put_len_prefix(&head, MODEL_GRAPH, graph.n);
+    for (int i = 0; i < o->n_meta; i++) {
+        cl_pb_writer kv;
+        cl_pb_writer_init(&kv);
+        cl_pb_put_string(&kv, KV_KEY, o->meta[i].key);
+        cl_pb_put_string(&kv, KV_VALUE, o->meta[i].value);
+        cl_pb_put_message(&tail, MODEL_METADATA_PROPS, &kv);
+        cl_pb_writer_free(&kv);
+    }
+    if ((s = head.err) != CL_OK || (s = tail.err) != CL_OK)
+        goto fail;
+    if ((s = cl_atomic_open(&af, path)) != CL_OK ||
+        (s = cl_atomic_write(&af, head.p, head.n)) != CL_OK ||
+        (s = cl_atomic_write(&af, graph.p, graph.n)) != CL_OK ||
+        (s = cl_atomic_write(&af, tail.p, tail.n)) != CL_OK)
+        goto fail;
+    s = cl_atomic_commit(&af);
+    cl_pb_writer_free(&graph);
+    cl_pb_writer_free(&head);
+    cl_pb_writer_free(&tail);
+    return s;
+fail:
+    cl_atomic_abort(&af);
+    cl_pb_writer_free(&graph);
+    cl_pb_writer_free(&head);
+    cl_pb_writer_free(&tail);
+    return s;
+}
