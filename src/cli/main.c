@@ -19,6 +19,8 @@ static const cl_cli_command commands[] = {
     {"info", "layer table, parameters, FLOPs, checkpoint metadata",
      cl_cmd_info},
     {"report", "HTML report of a run, or two runs compared", cl_cmd_report},
+    {"export", "a checkpoint as an ONNX model (BN folded, opset 13)",
+     cl_cmd_export},
 };
 
 static void usage(FILE *f)
