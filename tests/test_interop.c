@@ -14,6 +14,8 @@
 #include "graph/graph.h"
 #include "harness.h"
 #include "io/checkpoint.h"
+#include "interop/interop.h"
+#include "interop/protobuf.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
 #include "train/model.h"
@@ -400,4 +402,489 @@ CL_TEST(onnx_resnet18_dynamic_batch)
 CL_TEST(onnx_resnet50_fixed_batch)
 {
     onnx_case(50, 32, 3, "--batch 3");
+}
+
+/* ---- 3. MindSpore ----------------------------------------------------- */
+
+enum { MS_MINDCV = 0, MS_ZOO = 1 };
+
+/* The MindSpore name of graph tensor t in one of the two naming styles
+ * (the inverse of the import's rules, written out independently). */
+static void ms_name(const cl_graph *g, int t, int style, char *out, size_t n)
+{
+    const char *leaf = NULL;
+    for (int i = 0; i < g->n_nodes && !leaf; i++) {
+        const cl_node *nd = &g->nodes[i];
+        if (nd->op != CL_OP_BATCHNORM2D)
+            continue;
+        if (nd->param[0] == t)
+            leaf = "gamma";
+        else if (nd->param[1] == t)
+            leaf = "beta";
+        else if (nd->buf[0] == t)
+            leaf = "moving_mean";
+        else if (nd->buf[1] == t)
+            leaf = "moving_variance";
+    }
+    char base[128];
+    snprintf(base, sizeof base, "%s", g->tensors[t].name);
+    if (leaf)
+        *strrchr(base, '.') = '\0';
+    char tmp[160] = "";
+    const char *p = base;
+    while (*p) {
+        if (strncmp(p, "downsample", 10) == 0) {
+            strcat(tmp, style == MS_ZOO ? "down_sample_layer" : "down_sample");
+            p += 10;
+        } else if (p == base && strncmp(p, "fc.", 3) == 0) {
+            strcat(tmp, style == MS_ZOO ? "end_point." : "classifier.");
+            p += 3;
+        } else {
+            size_t l = strlen(tmp);
+            tmp[l] = *p++;
+            tmp[l + 1] = '\0';
+        }
+    }
+    snprintf(out, n, "%s%s%s", tmp, leaf ? "." : "", leaf ? leaf : "");
+}
+
+/* Appends one Checkpoint.Value (tag, TensorProto) to w. */
+static void ms_value(cl_pb_writer *w, const char *tag, const int64_t *dims,
+                     int ndim, const char *dtype, const void *data,
+                     size_t nbytes)
+{
+    cl_pb_writer v, t;
+    cl_pb_writer_init(&v);
+    cl_pb_writer_init(&t);
+    for (int i = 0; i < ndim; i++)
+        cl_pb_put_int64(&t, 1, dims[i]);
+    cl_pb_put_string(&t, 2, dtype);
+    cl_pb_put_bytes(&t, 3, data, nbytes);
+    cl_pb_put_string(&v, 1, tag);
+    cl_pb_put_message(&v, 2, &t);
+    cl_pb_put_message(w, 1, &v);
+    cl_pb_writer_free(&t);
+    cl_pb_writer_free(&v);
+}
+
+typedef struct ms_opts {
+    int style;
+    int optimizer;      /* add moments.*, learning_rate, global_step */
+    int fc_f64;         /* the classifier as Float64 */
+    const char *drop;   /* skip this torchvision name */
+    const char *extra;  /* add this unknown name */
+    const char *as_int; /* write this torchvision name as Int32 */
+} ms_opts;
+
+/* A MindSpore checkpoint of g's weights at path. */
+static int write_ms_ckpt(const char *path, const cl_graph *g, const ms_opts *o)
+{
+    cl_pb_writer w;
+    cl_pb_writer_init(&w);
+    double *f64 = NULL;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if ((gt->kind != CL_GT_PARAM && gt->kind != CL_GT_BUFFER) ||
+            ends_with(gt->name, "num_batches_tracked"))
+            continue;
+        if (o->drop && strcmp(gt->name, o->drop) == 0)
+            continue;
+        char name[160];
+        ms_name(g, t, o->style, name, sizeof name);
+        const float *v = gt->kind == CL_GT_PARAM ? cl_graph_param(g, t)
+                                                 : cl_graph_buffer(g, t);
+        size_t n = (size_t)cl_graph_numel(g, t);
+        const char *dtype = "Float32";
+        const void *data = v;
+        size_t nb = n * 4;
+        if (o->fc_f64 && strncmp(gt->name, "fc.", 3) == 0) {
+            f64 = realloc(f64, n * sizeof(double));
+            for (size_t i = 0; i < n; i++)
+                f64[i] = v[i];
+            dtype = "Float64";
+            data = f64;
+            nb = n * 8;
+        }
+        if (o->as_int && strcmp(gt->name, o->as_int) == 0)
+            dtype = "Int32";
+        ms_value(&w, name, gt->shape.d, gt->shape.ndim, dtype, data, nb);
+        if (o->optimizer && gt->kind == CL_GT_PARAM) {
+            char mom[200];
+            snprintf(mom, sizeof mom, "moments.%s", name);
+            ms_value(&w, mom, gt->shape.d, gt->shape.ndim, "Float32", v, n * 4);
+        }
+    }
+    if (o->optimizer) {
+        float lr = 0.1f;
+        int32_t step = 1234;
+        int64_t one = 1;
+        ms_value(&w, "learning_rate", &one, 1, "Float32", &lr, 4);
+        ms_value(&w, "global_step", &one, 1, "Int32", &step, 4);
+    }
+    if (o->extra) {
+        float z[4] = {0};
+        int64_t four = 4;
+        ms_value(&w, o->extra, &four, 1, "Float32", z, sizeof z);
+    }
+    free(f64);
+    int rc = w.err == CL_OK ? 0 : -1;
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(w.p, 1, w.n, f) != w.n)
+        rc = -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    cl_pb_writer_free(&w);
+    return rc;
+}
+
+static int count_weights(const cl_graph *g)
+{
+    int n = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        if ((g->tensors[t].kind == CL_GT_PARAM ||
+             g->tensors[t].kind == CL_GT_BUFFER) &&
+            !ends_with(g->tensors[t].name, "num_batches_tracked"))
+            n++;
+    return n;
+}
+
+/* mindcv names with optimizer entries: every weight arrives bit-exact, the
+ * optimizer entries are ignored and counted; `classic convert` gives a
+ * checkpoint whose logits are the original model's. */
+CL_TEST(mindspore_mindcv_resnet18)
+{
+    const char *ck = cl_test_path("r18.ckpt");
+    const char *st = cl_test_path("r18.safetensors");
+    cl_graph g1, g2;
+    REQUIRE_OK(build_resnet(&g1, 18, 3, 32, 2));
+    golden_fill(&g1);
+    ms_opts o = {MS_MINDCV, 1, 0, NULL, NULL, NULL};
+    REQUIRE(write_ms_ckpt(ck, &g1, &o) == 0);
+    REQUIRE_OK(build_resnet(&g2, 18, 3, 32, 2));
+    cl_ms_report rep;
+    CHECK_OK(cl_ms_load(ck, &g2, CL_CKPT_STRICT, &rep));
+    CHECK(rep.loaded == count_weights(&g1));
+    /* 62 moments (one per parameter) + learning_rate + global_step. */
+    int n_params = 0;
+    for (int t = 0; t < g1.n_tensors; t++)
+        n_params += g1.tensors[t].kind == CL_GT_PARAM;
+    CHECK(rep.ignored == n_params + 2);
+    CHECK(strstr(rep.ignored_list, "moments.conv1.weight") != NULL);
+    CHECK(memcmp(g1.params, g2.params, g1.n_param_floats * 4) == 0);
+    CHECK(memcmp(g1.buffers, g2.buffers, g1.n_buffer_floats * 4) == 0);
+
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s convert %s %s --arch resnet18 --image_size 32 "
+             "--class_names cat,dog,owl",
+             getenv("CLASSIC_BIN"), ck, st);
+    REQUIRE(cl_test_run(cmd) == 0);
+    float x[2 * 3 * 32 * 32], want[6], got[6];
+    make_images(x, 2, 32, 5);
+    CHECK_OK(run_logits(&g1, "ref", x, want));
+    cl_model m;
+    REQUIRE_OK(cl_model_open(&m, st, 2, "ref", CL_PLAN_INFER, 0));
+    CHECK(strcmp(m.class_names[2], "owl") == 0 && m.num_classes == 3);
+    CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
+    CHECK_OK(cl_backend_forward(m.be, 0, NULL));
+    CHECK_OK(cl_backend_read(m.be, m.g.logits, got));
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    cl_model_close(&m);
+
+    /* --pretrained dispatch: both kinds into a fresh graph. */
+    char note[1024];
+    cl_graph g3;
+    REQUIRE_OK(build_resnet(&g3, 18, 3, 32, 2));
+    CHECK_OK(cl_interop_load_pretrained(ck, &g3, CL_CKPT_PRETRAINED, note,
+                                        sizeof note));
+    CHECK(strstr(note, "MindSpore") != NULL);
+    CHECK(memcmp(g1.params, g3.params, g1.n_param_floats * 4) == 0);
+    memset(g3.params, 0, g3.n_param_floats * 4);
+    CHECK_OK(cl_interop_load_pretrained(st, &g3, CL_CKPT_PRETRAINED, note,
+                                        sizeof note));
+    CHECK(strstr(note, "safetensors") != NULL);
+    CHECK(memcmp(g1.params, g3.params, g1.n_param_floats * 4) == 0);
+    CHECK_ERR(cl_interop_load_pretrained(CL_SOURCE_DIR "/CMakeLists.txt", &g3,
+                                         CL_CKPT_PRETRAINED, NULL, 0),
+              CL_ERR_FORMAT, "neither safetensors nor");
+    cl_graph_free(&g3);
+    cl_graph_free(&g2);
+    cl_graph_free(&g1);
+}
+
+/* Model-zoo names (down_sample_layer, end_point), the classifier in
+ * Float64; fine-tuning onto another num_classes keeps the fresh head. */
+CL_TEST(mindspore_modelzoo_resnet50)
+{
+    const char *ck = cl_test_path("r50.ckpt");
+    cl_graph g1, g2, g3;
+    REQUIRE_OK(build_resnet(&g1, 50, 10, 32, 1));
+    golden_fill(&g1);
+    ms_opts o = {MS_ZOO, 0, 1, NULL, NULL, NULL};
+    REQUIRE(write_ms_ckpt(ck, &g1, &o) == 0);
+    REQUIRE_OK(build_resnet(&g2, 50, 10, 32, 1));
+    cl_ms_report rep;
+    CHECK_OK(cl_ms_load(ck, &g2, CL_CKPT_STRICT, &rep));
+    CHECK(rep.loaded == count_weights(&g1) && rep.ignored == 0);
+    CHECK(memcmp(g1.params, g2.params, g1.n_param_floats * 4) == 0);
+    CHECK(memcmp(g1.buffers, g2.buffers, g1.n_buffer_floats * 4) == 0);
+
+    REQUIRE_OK(build_resnet(&g3, 50, 4, 32, 1));
+    CHECK_ERR(cl_ms_load(ck, &g3, CL_CKPT_STRICT, &rep), CL_ERR_FORMAT,
+              "end_point.weight (10, 2048) in the file, (4, 2048)");
+    CHECK_OK(cl_ms_load(ck, &g3, CL_CKPT_PRETRAINED, &rep));
+    CHECK(rep.head_skipped == 2);
+    CHECK(strstr(rep.head_note, "fc.weight") != NULL);
+    int c1 = cl_graph_find(&g3, "layer4.2.conv3.weight");
+    REQUIRE(c1 >= 0);
+    CHECK(memcmp(cl_graph_param(&g3, c1), cl_graph_param(&g1, c1),
+                 (size_t)cl_graph_numel(&g1, c1) * 4) == 0);
+    cl_graph_free(&g3);
+    cl_graph_free(&g2);
+    cl_graph_free(&g1);
+}
+
+/* Names and shapes that do not fit are refused, listed, and the graph is
+ * left as it was. */
+CL_TEST(mindspore_refusals)
+{
+    const char *ck = cl_test_path("bad.ckpt");
+    cl_graph g1, g2, g50;
+    REQUIRE_OK(build_resnet(&g1, 18, 3, 32, 1));
+    golden_fill(&g1);
+    REQUIRE_OK(build_resnet(&g2, 18, 3, 32, 1));
+    ms_opts o = {MS_MINDCV, 0, 0, NULL, "layer9.0.conv1.weight", NULL};
+    REQUIRE(write_ms_ckpt(ck, &g1, &o) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "1 unknown name(s) [layer9.0.conv1.weight]");
+    CHECK(strstr(cl_last_error(), ck) != NULL);
+
+    ms_opts o2 = {MS_MINDCV, 0, 0, "layer1.0.bn1.running_mean", NULL, NULL};
+    REQUIRE(write_ms_ckpt(ck, &g1, &o2) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "1 missing [layer1.0.bn1.running_mean]");
+
+    ms_opts o3 = {MS_MINDCV, 0, 0, NULL, NULL, "layer2.0.conv1.weight"};
+    REQUIRE(write_ms_ckpt(ck, &g1, &o3) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "layer2.0.conv1.weight is Int32");
+
+    /* A resnet50 file for a resnet18 model: shapes and names differ. */
+    REQUIRE_OK(build_resnet(&g50, 50, 3, 32, 1));
+    ms_opts o4 = {MS_MINDCV, 0, 0, NULL, NULL, NULL};
+    REQUIRE(write_ms_ckpt(ck, &g50, &o4) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "layer1.0.conv1.weight (64, 64, 1, 1) in the file, (64, 64, "
+              "3, 3) in the model");
+    CHECK(strstr(cl_last_error(), "unknown name(s) [layer1.0.conv3.weight"));
+    /* Nothing was copied by any refused load. */
+    for (size_t i = 0; i < g2.n_param_floats; i++)
+        if (g2.params[i] != 0) {
+            CHECK(!"a refused load changed the graph");
+            break;
+        }
+    /* classic convert reports the same and writes nothing. */
+    char cmd[2048];
+    const char *st = cl_test_path("bad.safetensors");
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --arch resnet18 2>/dev/null",
+             getenv("CLASSIC_BIN"), ck, st);
+    CHECK(cl_test_run(cmd) == 1);
+    FILE *f = fopen(st, "rb");
+    CHECK(f == NULL);
+    if (f)
+        fclose(f);
+    cl_graph_free(&g50);
+    cl_graph_free(&g2);
+    cl_graph_free(&g1);
+}
+
+/* Every truncation of a checkpoint fails naming the file and an offset,
+ * except cuts exactly between two values (a shorter, valid file). */
+CL_TEST(mindspore_truncated)
+{
+    cl_pb_writer w;
+    cl_pb_writer_init(&w);
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int64_t d23[2] = {2, 3}, d6 = 6;
+    size_t bounds[4];
+    int nb = 0;
+    bounds[nb++] = 0;
+    ms_value(&w, "conv1.weight", d23, 2, "Float32", a, sizeof a);
+    bounds[nb++] = w.n;
+    ms_value(&w, "bn1.gamma", &d6, 1, "Float32", a, sizeof a);
+    bounds[nb++] = w.n;
+    ms_value(&w, "learning_rate", &d6, 1, "Float32", a, sizeof a);
+    bounds[nb++] = w.n;
+    REQUIRE(w.err == CL_OK);
+    const char *path = cl_test_path("cut.ckpt");
+    int bad_msgs = 0;
+    for (size_t len = 0; len < w.n; len++) {
+        FILE *f = fopen(path, "wb");
+        REQUIRE(f && fwrite(w.p, 1, len, f) == len && fclose(f) == 0);
+        cl_ms_ckpt c;
+        cl_status s = cl_ms_ckpt_open(&c, path);
+        int boundary = 0;
+        for (int i = 1; i < nb; i++)
+            boundary |= len == bounds[i];
+        if (boundary) {
+            CHECK(s == CL_OK);
+            if (s == CL_OK)
+                cl_ms_ckpt_close(&c);
+        } else if (s != CL_ERR_FORMAT || !strstr(cl_last_error(), path) ||
+                   (len > 0 && !strstr(cl_last_error(), "offset"))) {
+            if (bad_msgs++ < 3)
+                printf("cut at %zu: %s: %s\n", len, cl_status_name(s),
+                       cl_last_error());
+            CHECK(!"truncation not refused with file and offset");
+            if (s == CL_OK)
+                cl_ms_ckpt_close(&c);
+        }
+    }
+    cl_ms_ckpt c;
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(w.p, 1, w.n, f) == w.n && fclose(f) == 0);
+    REQUIRE_OK(cl_ms_ckpt_open(&c, path));
+    CHECK(c.n == 3 && c.t[1].shape.d[0] == 6 &&
+          strcmp(c.t[1].name, "bn1.gamma") == 0);
+    cl_ms_ckpt_close(&c);
+    cl_pb_writer_free(&w);
+
+    /* A real model's checkpoint cut short, through the loader. */
+    cl_graph g;
+    REQUIRE_OK(build_resnet(&g, 18, 3, 32, 1));
+    golden_fill(&g);
+    const char *ck = cl_test_path("r18cut.ckpt");
+    ms_opts o = {MS_MINDCV, 0, 0, NULL, NULL, NULL};
+    REQUIRE(write_ms_ckpt(ck, &g, &o) == 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "truncate -s -1000 %s", ck);
+    REQUIRE(cl_test_run(cmd) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT, "only");
+    CHECK(strstr(cl_last_error(), "offset") && strstr(cl_last_error(), ck));
+    cl_graph_free(&g);
+}
+
+static cl_status open_bytes(const void *p, size_t n)
+{
+    const char *path = cl_test_path("hostile.ckpt");
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0)
+        return CL_ERR_IO;
+    cl_ms_ckpt c;
+    cl_status s = cl_ms_ckpt_open(&c, path);
+    if (s == CL_OK)
+        cl_ms_ckpt_close(&c);
+    else if (!strstr(cl_last_error(), path))
+        cl_test_fail(__FILE__, __LINE__, "message '%s' lacks the path",
+                     cl_last_error());
+    return s;
+}
+
+/* Hostile protobuf: lengths beyond the buffer, over-long varints, wrong
+ * wire types, dims that overflow or disagree with the content. */
+CL_TEST(mindspore_hostile)
+{
+    const unsigned char huge[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                  0xff, 0xff, 0xff, 0xff, 0x01};
+    CHECK_ERR(open_bytes(huge, sizeof huge), CL_ERR_FORMAT, "claims");
+    const unsigned char long_varint[] = {0x0a, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x01};
+    CHECK_ERR(open_bytes(long_varint, sizeof long_varint), CL_ERR_FORMAT,
+              "longer than 64 bits");
+    const unsigned char group[] = {0x0b, 0x0c};
+    CHECK_ERR(open_bytes(group, sizeof group), CL_ERR_FORMAT, "wire type 3");
+    const unsigned char other[] = {0x12, 0x00};
+    CHECK_ERR(open_bytes(other, sizeof other), CL_ERR_FORMAT,
+              "not a MindSpore checkpoint");
+    CHECK_ERR(open_bytes("", 0), CL_ERR_FORMAT, "empty file");
+    /* A value of 5 bytes whose tag claims 100. */
+    const unsigned char nested[] = {0x0a, 0x05, 0x0a, 0x64, 'a', 'b', 'c'};
+    CHECK_ERR(open_bytes(nested, sizeof nested), CL_ERR_FORMAT,
+              "offset 2: field 1 claims 100 bytes");
+
+    cl_pb_writer w;
+    float one = 1;
+    int64_t big = 1000000, neg = -1;
+    int64_t over[3] = {(int64_t)1 << 40, (int64_t)1 << 40, (int64_t)1 << 40};
+    cl_pb_writer_init(&w);
+    ms_value(&w, "fc.bias", &big, 1, "Float32", &one, 4);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT,
+              "'fc.bias' (Float32) has 4 bytes of content, its dims need "
+              "4000000");
+    cl_pb_writer_free(&w);
+    cl_pb_writer_init(&w);
+    ms_value(&w, "fc.bias", &neg, 1, "Float32", &one, 4);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT, "has dim -1");
+    cl_pb_writer_free(&w);
+    cl_pb_writer_init(&w);
+    ms_value(&w, "fc.bias", over, 3, "Float32", &one, 4);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT, "dims overflow");
+    cl_pb_writer_free(&w);
+    cl_pb_writer_init(&w);
+    ms_value(&w, "fc.bias", NULL, 0, "Float32", &one, 4);
+    ms_value(&w, "fc.bias", NULL, 0, "Float32", &one, 4);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_UNSUPPORTED, "appears twice");
+    cl_pb_writer_free(&w);
+    char longtag[300];
+    memset(longtag, 'x', sizeof longtag - 1);
+    longtag[sizeof longtag - 1] = '\0';
+    cl_pb_writer_init(&w);
+    ms_value(&w, longtag, NULL, 0, "Float32", &one, 4);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT, "tag of 299 bytes");
+    cl_pb_writer_free(&w);
+    /* A value without its tensor. */
+    cl_pb_writer v;
+    cl_pb_writer_init(&w);
+    cl_pb_writer_init(&v);
+    cl_pb_put_string(&v, 1, "conv1.weight");
+    cl_pb_put_message(&w, 1, &v);
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT, "value lacks its tensor");
+    cl_pb_writer_free(&v);
+    cl_pb_writer_free(&w);
+    /* Random bytes after a valid prefix never crash the reader. */
+    uint32_t st = 12345;
+    unsigned char junk[512];
+    int refused = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        for (size_t i = 0; i < sizeof junk; i++) {
+            st = st * 1103515245u + 12345u;
+            junk[i] = (unsigned char)(st >> 16);
+        }
+        junk[0] = 0x0a;
+        refused += open_bytes(junk, sizeof junk) != CL_OK;
+    }
+    CHECK(refused == 200);
+}
+
+/* The name rules, one by one (docs/interop.md has the table). */
+CL_TEST(mindspore_name_rules)
+{
+    static const char *const cases[][2] = {
+        {"conv1.weight", "conv1.weight"},
+        {"bn1.gamma", "bn1.weight"},
+        {"bn1.beta", "bn1.bias"},
+        {"bn1.moving_mean", "bn1.running_mean"},
+        {"bn1.moving_variance", "bn1.running_var"},
+        {"layer1.0.down_sample_layer.0.weight", "layer1.0.downsample.0.weight"},
+        {"layer2.0.down_sample.1.gamma", "layer2.0.downsample.1.weight"},
+        {"end_point.weight", "fc.weight"},
+        {"classifier.bias", "fc.bias"},
+        {"layer1.1.bn1d.beta", "layer1.1.bn1.bias"},
+        {"network.backbone.conv1.weight", "conv1.weight"},
+    };
+    char out[160];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(cl_ms_map_name(cases[i][0], out, sizeof out) == 1);
+        if (strcmp(out, cases[i][1]) != 0)
+            printf("%s -> %s (want %s)\n", cases[i][0], out, cases[i][1]);
+        CHECK(strcmp(out, cases[i][1]) == 0);
+    }
+    static const char *const ignored[] = {"moments.conv1.weight",
+                                          "learning_rate",
+                                          "global_step",
+                                          "adam_m.fc.weight",
+                                          "network.moments.bn1.gamma",
+                                          "scale_sense"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        CHECK(cl_ms_map_name(ignored[i], out, sizeof out) == 0);
 }

@@ -36,6 +36,7 @@ int cl_cmd_predict(int argc, char **argv);
 int cl_cmd_embed(int argc, char **argv);
 int cl_cmd_info(int argc, char **argv);
 int cl_cmd_export(int argc, char **argv);
+int cl_cmd_convert(int argc, char **argv);
 int cl_cmd_report(int argc, char **argv);
 
 #endif

@@ -21,6 +21,8 @@ static const cl_cli_command commands[] = {
     {"report", "HTML report of a run, or two runs compared", cl_cmd_report},
     {"export", "a checkpoint as an ONNX model (BN folded, opset 13)",
      cl_cmd_export},
+    {"convert", "a MindSpore .ckpt ResNet into a classic checkpoint",
+     cl_cmd_convert},
 };
 
 static void usage(FILE *f)

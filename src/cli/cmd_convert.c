@@ -1,0 +1,187 @@
+/* `classic convert`: a MindSpore ResNet checkpoint (.ckpt) into a classic
+ * model checkpoint (safetensors, torchvision names, metadata). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/error.h"
+#include "interop/interop.h"
+#include "io/strbuf.h"
+#include "models/resnet.h"
+#include "train/trainer.h"
+
+static void usage(void)
+{
+    printf("usage: classic convert IN.ckpt OUT.safetensors --arch resnetNN "
+           "[--num_classes K]\n"
+           "                      [--image_size 224] [--class_names "
+           "a,b,c]\n\n"
+           "Reads a MindSpore ResNet checkpoint (mindcv or model zoo names), "
+           "maps its\nnames onto torchvision's (docs/interop.md), checks "
+           "every tensor against\nthe arch and writes a checkpoint that "
+           "`classic predict`, `eval` and\n--pretrained read.  Optimizer "
+           "entries (moments.*, learning_rate, ...) are\nignored and "
+           "listed.  num_classes defaults to the classifier's rows.\n");
+}
+
+static const char *const own[] = {"--arch", "--num_classes", "--image_size",
+                                  "--class_names", NULL};
+
+/* Rows of the classifier and input channels of conv1, from the file. */
+static cl_status peek(const char *path, int *k, int *in_c)
+{
+    cl_ms_ckpt c;
+    cl_status s = cl_ms_ckpt_open(&c, path);
+    if (s != CL_OK)
+        return s;
+    for (int i = 0; i < c.n; i++) {
+        char name[160];
+        if (cl_ms_map_name(c.t[i].name, name, sizeof name) != 1)
+            continue;
+        if (strcmp(name, "fc.weight") == 0 && c.t[i].shape.ndim == 2)
+            *k = (int)c.t[i].shape.d[0];
+        if (strcmp(name, "conv1.weight") == 0 && c.t[i].shape.ndim == 4)
+            *in_c = (int)c.t[i].shape.d[1];
+    }
+    cl_ms_ckpt_close(&c);
+    return CL_OK;
+}
+
+static int parse_int(const char *v, const char *opt, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "classic: convert: %s must be in [%d, %d]\n", opt, lo,
+                hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int cl_cmd_convert(int argc, char **argv)
+{
+    if (cl_cli_is_help(argc, argv)) {
+        usage();
+        return 0;
+    }
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        int o = 0;
+        for (int k = 0; own[k]; k++)
+            o |= strcmp(argv[i], own[k]) == 0;
+        if (o)
+            i++;
+        else if (strncmp(argv[i], "--", 2) == 0 || n_pos == 2) {
+            fprintf(stderr, "classic: convert: unexpected argument %s\n",
+                    argv[i]);
+            return 2;
+        } else
+            pos[n_pos++] = argv[i];
+    }
+    const char *arch = cl_cli_option(argc, argv, "--arch");
+    const char *ks = cl_cli_option(argc, argv, "--num_classes");
+    const char *ss = cl_cli_option(argc, argv, "--image_size");
+    const char *names = cl_cli_option(argc, argv, "--class_names");
+    if (n_pos != 2 || !arch) {
+        fprintf(stderr, "classic: convert: IN.ckpt OUT.safetensors and "
+                        "--arch are required\n");
+        return 2;
+    }
+    int depth = 0, k = 0, in_c = 3, side = 224;
+    cl_status s = cl_resnet_arch_parse(arch, &depth);
+    if (s != CL_OK)
+        return cl_cli_fail("convert", s);
+    if (ss && parse_int(ss, "--image_size", 32, 4096, &side))
+        return 2;
+    if ((s = peek(pos[0], &k, &in_c)) != CL_OK)
+        return cl_cli_fail("convert", s);
+    if (ks && parse_int(ks, "--num_classes", 1, 100000, &k))
+        return 2;
+    if (k < 1) {
+        fprintf(stderr,
+                "classic: convert: %s has no classifier weight; "
+                "give --num_classes\n",
+                pos[0]);
+        return 2;
+    }
+    cl_resnet_config rc = cl_resnet_config_default();
+    rc.depth = depth;
+    rc.num_classes = k;
+    rc.in_channels = in_c;
+    cl_graph g;
+    cl_ms_report rep;
+    cl_strbuf cn;
+    cl_strbuf_init(&cn);
+    int ret = 1;
+    if ((s = cl_graph_init(&g, 1)) != CL_OK)
+        return cl_cli_fail("convert", s);
+    if ((s = cl_resnet_build(&g, &rc, side, side, 0, 0.0f)) != CL_OK ||
+        (s = cl_ms_load(pos[0], &g, CL_CKPT_STRICT, &rep)) != CL_OK) {
+        ret = cl_cli_fail("convert", s);
+        goto done;
+    }
+    if (names) {
+        int count = 1;
+        for (const char *p = names; *p; p++)
+            count += *p == ',';
+        if (count != k) {
+            fprintf(stderr,
+                    "classic: convert: --class_names gives %d names for %d "
+                    "classes\n",
+                    count, k);
+            ret = 2;
+            goto done;
+        }
+        cl_strbuf_add(&cn, "[", 1);
+        for (const char *p = names;;) {
+            const char *e = strchr(p, ',');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (p != names)
+                cl_strbuf_add(&cn, ",", 1);
+            cl_strbuf_add_json_str(&cn, p, len);
+            if (!e)
+                break;
+            p = e + 1;
+        }
+        cl_strbuf_add(&cn, "]", 1);
+    }
+    char kk[16], sz[16], ic[16], yaml[1024];
+    snprintf(kk, sizeof kk, "%d", k);
+    snprintf(sz, sizeof sz, "%d", side);
+    snprintf(ic, sizeof ic, "%d", in_c);
+    snprintf(yaml, sizeof yaml,
+             "dataset: imagefolder\ndata_dir: ./images\nnum_classes: %d\n"
+             "image_size: %d\ncrop_pct: 0.875\nrandom_resized_crop: true\n"
+             "mean: [0.485, 0.456, 0.406]\nstd: [0.229, 0.224, 0.225]\n"
+             "model: %s\nstem: imagenet\nin_channels: %d\n",
+             k, side, arch, in_c);
+    cl_ckpt_kv meta[10] = {{CL_META_ARCH, arch},
+                           {CL_META_STEM, "imagenet"},
+                           {CL_META_IN_CHANNELS, ic},
+                           {CL_META_NUM_CLASSES, kk},
+                           {CL_META_IMAGE_SIZE, sz},
+                           {CL_META_MEAN, "0.485,0.456,0.406"},
+                           {CL_META_STD, "0.229,0.224,0.225"},
+                           {CL_META_CONFIG, yaml},
+                           {CL_META_DATASET, "mindspore"}};
+    int n_meta = 9;
+    if (names)
+        meta[n_meta++] = (cl_ckpt_kv){CL_META_CLASS_NAMES, cl_strbuf_str(&cn)};
+    if ((s = cl_ckpt_save_model(pos[1], &g, meta, n_meta)) != CL_OK) {
+        ret = cl_cli_fail("convert", s);
+        goto done;
+    }
+    printf("wrote %s: %s, %d classes, %d tensors; %d optimizer or "
+           "bookkeeping entries ignored%s%s%s\n",
+           pos[1], arch, k, rep.loaded, rep.ignored, rep.ignored ? " (" : "",
+           rep.ignored_list, rep.ignored ? ")" : "");
+    ret = 0;
+done:
+    cl_strbuf_free(&cn);
+    cl_graph_free(&g);
+    return ret;
+}
