@@ -59,6 +59,7 @@ static const char *const v_backend[] = {"onednn", "ref", NULL};
 static const char *const v_lr_scale[] = {"none", "linear", NULL};
 static const char *const v_bad[] = {"fail", "skip", NULL};
 static const char *const v_dist[] = {"auto", "none", "mpi", NULL};
+static const char *const v_grad_sync[] = {"overlap", "blocking", NULL};
 static const char *const v_log[] = {"error", "warn", "info", "debug", NULL};
 
 /* Other spellings of enum values (mindcv's), as {key, spelling, value}. */
@@ -294,6 +295,11 @@ static const key keys[] = {
     K_ENUM(dist, v_dist, "auto",
            "auto: MPI when launched by mpirun; none: single process; mpi: "
            "require MPI"),
+    K_FLT(bucket_mb, 0, 1, 4096, 0, "25",
+          "MPI: gradient allreduce bucket size in MiB (PyTorch DDP's 25)"),
+    K_ENUM(grad_sync, v_grad_sync, "overlap",
+           "MPI: overlap (allreduce buckets during backward) or blocking "
+           "(one allreduce after backward)"),
 
     GROUP("checkpoints and logs"),
     K_STR(ckpt_save_dir, "./ckpt",

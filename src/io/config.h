@@ -41,6 +41,7 @@ enum { CL_CFG_BACKEND_ONEDNN, CL_CFG_BACKEND_REF };
 enum { CL_CFG_LR_SCALE_NONE, CL_CFG_LR_SCALE_LINEAR };
 enum { CL_CFG_BAD_IMAGE_FAIL, CL_CFG_BAD_IMAGE_SKIP };
 enum { CL_CFG_DIST_AUTO, CL_CFG_DIST_NONE, CL_CFG_DIST_MPI };
+enum { CL_CFG_GRAD_SYNC_OVERLAP, CL_CFG_GRAD_SYNC_BLOCKING };
 /* log_level holds a cl_log_level (core/log.h): error, warn, info, debug. */
 
 /* Booleans are ints (0/1); enums are ints as above; lists carry a count.
@@ -119,6 +120,8 @@ typedef struct cl_config {
     int threads; /* 0: OpenMP's default */
     int seed;
     int dist;
+    double bucket_mb; /* gradient allreduce bucket, MiB */
+    int grad_sync;    /* CL_CFG_GRAD_SYNC_* */
     /* ---- checkpoints and logs ---- */
     char ckpt_save_dir[CL_CFG_PATH_MAX];
     int ckpt_save_interval; /* steps; 0 off */

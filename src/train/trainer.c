@@ -386,11 +386,28 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
     return CL_OK;
 }
 
+/* After resume: rank 0's optimizer state (momentum / Adam moments and step
+ * counts) on every rank, so the replicas stay bitwise identical. */
+static cl_status broadcast_optim(run *r)
+{
+    cl_optim *o = &r->opt;
+    for (int k = 0; k < o->n_states; k++)
+        CL_TRY(cl_dist_broadcast_f32(r->d, o->state[k], o->n_floats, 0));
+    /* Counters: a sum where only rank 0 contributes is its broadcast. */
+    if (!r->root) {
+        memset(o->seg_steps, 0, (size_t)o->n_segments * sizeof *o->seg_steps);
+        o->n_steps = 0;
+    }
+    CL_TRY(cl_dist_allreduce_sum_i64(r->d, o->seg_steps,
+                                     (size_t)o->n_segments));
+    return cl_dist_allreduce_sum_i64(r->d, &o->n_steps, 1);
+}
+
 /* ---- monitors -------------------------------------------------------- */
 
 static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
                        double avg, double lr, double ips, double ms,
-                       double wait)
+                       double wait, double comm)
 {
     if (!r->jsonl)
         return;
@@ -410,6 +427,10 @@ static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
     cl_strbuf_add_json_num(b, ms);
     cl_strbuf_adds(b, ",\"data_wait\":");
     cl_strbuf_add_json_num(b, wait);
+    if (r->sync) {
+        cl_strbuf_adds(b, ",\"comm_wait\":");
+        cl_strbuf_add_json_num(b, comm);
+    }
     cl_strbuf_adds(b, "}\n");
     fputs(cl_strbuf_str(b), r->jsonl);
     fflush(r->jsonl);
@@ -551,6 +572,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     /* Every rank starts from rank 0's weights. */
     if (r.d && (s = cl_dist_broadcast_graph(r.d, &r.g, 0)) != CL_OK)
         goto fail;
+    if (r.d && cfg->resume[0] && (s = broadcast_optim(&r)) != CL_OK)
+        goto fail;
 
     cl_backend_opts bo = {cfg->threads, cfg->amp_level};
     const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref"
@@ -559,10 +582,20 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         CL_OK)
         goto fail;
     if (r.d) {
-        if ((s = cl_dist_grad_sync_create_graph(&r.sync, r.d, &r.g, NULL)) !=
+        cl_dist_sync_opts so = cl_dist_sync_opts_default();
+        so.bucket_mb = cfg->bucket_mb;
+        so.mode = cfg->grad_sync == CL_CFG_GRAD_SYNC_BLOCKING
+                      ? CL_DIST_SYNC_BLOCKING
+                      : CL_DIST_SYNC_OVERLAP;
+        if ((s = cl_dist_grad_sync_create_graph(&r.sync, r.d, &r.g, &so)) !=
             CL_OK)
             goto fail;
         r.be->hooks = cl_dist_grad_sync_hooks(r.sync, cfg->sync_bn);
+        /* With accumulation only the local sum of the micro-batches is
+         * averaged, once per step: no bucket may start during backward
+         * (grad_wait takes every tensor as ready after the sum). */
+        if (cfg->accumulation_steps > 1)
+            r.be->hooks.grad_ready = NULL;
     } else if (cfg->sync_bn) {
         cl_log(lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
     }
@@ -590,6 +623,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     cl_ema ema;
     cl_ema_init(&ema, 0.98);
     double t_start = cl_time_now(), wait0 = cl_loader_wait_seconds(r.train_ld);
+    double comm_mark = 0; /* grad_wait seconds at the last print */
     int64_t imgs = 0;
     char last_good[640] = "";
     for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
@@ -628,8 +662,6 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
             }
             if ((s = cl_backend_backward(r.be)) != CL_OK)
                 goto fail;
-            if (r.sync && (s = cl_dist_grad_wait(r.sync)) != CL_OK)
-                goto fail;
             imgs += b.n;
             cl_ema_add(&ema, loss);
             if (accum > 1) {
@@ -642,6 +674,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                     r.acc[i] = 0;
                 }
             }
+            if (r.sync && (s = cl_dist_grad_wait(r.sync)) != CL_OK)
+                goto fail;
             if (cfg->grad_clip_norm > 0) {
                 double norm = cl_optim_clip_grad(&r.opt, r.g.grads,
                                                  cfg->grad_clip_norm);
@@ -669,6 +703,19 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 double dt = now - t_mark;
                 double w = cl_loader_wait_seconds(r.train_ld) - w_mark;
                 double ips = dt > 0 ? (double)(imgs - imgs_mark) / dt : 0;
+                double comm = 0, lv[2] = {loss, cl_ema_get(&ema)};
+                if (r.sync) {
+                    cl_dist_sync_stats ss;
+                    cl_dist_grad_sync_stats(r.sync, &ss);
+                    comm = ss.wait_s_total - comm_mark;
+                    comm_mark = ss.wait_s_total;
+                    /* The logged loss is the global batch's: the mean of
+                     * the ranks' means (equal batch sizes). */
+                    if ((s = cl_dist_allreduce_sum_f64(r.d, lv, 2)) != CL_OK)
+                        goto fail;
+                    lv[0] /= r.d->size;
+                    lv[1] /= r.d->size;
+                }
                 int64_t nsteps = (imgs - imgs_mark) /
                                  (cfg->batch_size * accum);
                 double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
@@ -676,24 +723,28 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 char eta[32];
                 fmt_duration(left, eta, sizeof eta);
                 if (r.root) {
-                    char msg[320];
+                    char msg[320], cs[32] = "";
+                    if (r.sync)
+                        snprintf(cs, sizeof cs, " comm %.1f%%",
+                                 dt > 0 ? 100 * comm / dt : 0);
                     snprintf(msg, sizeof msg,
                              "epoch %lld/%d step %lld/%lld loss %.4f (avg "
                              "%.4f) lr %.5g | %.1f img/s %.0f ms/step data "
-                             "%.1f%% | ETA %s",
+                             "%.1f%%%s | ETA %s",
                              (long long)epoch + 1, cfg->epoch_size,
                              (long long)in_epoch,
-                             (long long)r.steps_per_epoch, loss,
-                             cl_ema_get(&ema), lr, ips * (d ? d->size : 1),
-                             ms, dt > 0 ? 100 * w / dt : 0, eta);
+                             (long long)r.steps_per_epoch, lv[0], lv[1], lr,
+                             ips * (d ? d->size : 1), ms,
+                             dt > 0 ? 100 * w / dt : 0, cs, eta);
                     if (tty)
                         printf("\r\033[K%s", msg);
                     else
                         printf("%s\n", msg);
                     fflush(stdout);
                 }
-                jsonl_step(&r, step, epoch + 1, loss, cl_ema_get(&ema), lr,
-                           ips * (d ? d->size : 1), ms, dt > 0 ? w / dt : 0);
+                jsonl_step(&r, step, epoch + 1, lv[0], lv[1], lr,
+                           ips * (d ? d->size : 1), ms, dt > 0 ? w / dt : 0,
+                           dt > 0 ? comm / dt : 0);
                 t_mark = now;
                 w_mark = cl_loader_wait_seconds(r.train_ld);
                 imgs_mark = imgs;
