@@ -16,6 +16,12 @@ PKGS=(
 
 missing=()
 for p in "${PKGS[@]}"; do
+  # Node.js and npm may come from another source than Debian's packages
+  # (Debian's npm then conflicts with it): a working command is enough.
+  case "$p" in
+    nodejs) command -v node >/dev/null 2>&1 && continue ;;
+    npm) command -v npm >/dev/null 2>&1 && continue ;;
+  esac
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
     missing+=("$p")
   fi
