@@ -45,7 +45,9 @@ static const char css[] =
     ".card .d{font-size:12px;color:var(--muted)}"
     ".grid2{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));"
     "gap:16px}"
-    ".flex{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}"
+    ".evalgrid{display:grid;grid-template-columns:minmax(0,1.2fr) "
+    "minmax(0,1fr);gap:16px;align-items:start;margin-top:16px}"
+    "svg.heatmap,svg.bars{width:100%;height:auto;display:block}"
     ".panel{background:#fff;border:1px solid var(--line);border-radius:10px;"
     "padding:10px 12px;overflow-x:auto}"
     "svg.chart{width:100%;height:auto;display:block}"
@@ -71,7 +73,8 @@ static const char css[] =
     ".miss img{display:block;margin:0 auto;width:112px;height:112px;"
     "object-fit:contain;background:#111827;border-radius:6px}"
     ".miss img.px{image-rendering:pixelated}"
-    "figcaption{font-size:12px;line-height:1.4;margin-top:6px}"
+    "figcaption{font-size:12px;line-height:1.4;margin-top:6px;"
+    "overflow-wrap:anywhere}"
     "figcaption b{font-weight:600}"
     ".t{color:#166534}.p{color:#b91c1c}.c{color:var(--muted)}"
     "table.kv{border-collapse:collapse;width:100%;font-size:13px}"
@@ -91,7 +94,7 @@ static const char css[] =
     "pre{background:#fff;border:1px solid var(--line);border-radius:8px;"
     "padding:10px;overflow:auto;font-size:12px;max-height:480px}"
     "footer{margin-top:36px;color:var(--muted);font-size:12px}"
-    "@media (max-width:900px){.grid2{grid-template-columns:1fr}}";
+    "@media (max-width:900px){.grid2,.evalgrid{grid-template-columns:1fr}}";
 
 /* Colours: a run's blue, the other run's orange, then accents. */
 #define C_BLUE "#2563eb"
@@ -500,8 +503,7 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
     CL_TRY(card(b, "eval-top5", "top-5", v, ""));
     cl__fmt_num(v, sizeof v, ev->samples ? ev->loss_sum / ev->samples : NAN, 4);
     CL_TRY(card(b, "eval-loss", "loss", v, "cross-entropy"));
-    CL_TRY(cl_strbuf_adds(b, "</div>\n<div class=\"flex\" "
-                             "style=\"margin-top:16px\">"));
+    CL_TRY(cl_strbuf_adds(b, "</div>\n<div class=\"evalgrid\">"));
     const char *const *names = (const char *const *)ev->names;
     if (ev->k <= 100) {
         CL_TRY(cl_strbuf_adds(b, "<div class=\"panel\">"));

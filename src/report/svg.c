@@ -109,6 +109,28 @@ static double text_w(const char *s, double px)
     return (double)n * px * 0.58;
 }
 
+/* s cut to at most max code points, "…" marking the cut: axis labels
+ * stay inside the chart, the tooltips keep the full name. */
+static void short_label(const char *s, char *buf, size_t n, int max)
+{
+    int cp = 0;
+    size_t i = 0;
+    for (; s[i]; i++) {
+        if (((unsigned char)s[i] & 0xc0) != 0x80 && cp++ == max)
+            break;
+    }
+    if (!s[i] || i + 4 > n) {
+        snprintf(buf, n, "%.*s", (int)(i < n ? i : n - 1), s);
+        return;
+    }
+    /* Back off one code point for the ellipsis. */
+    size_t j = i;
+    do
+        j--;
+    while (j > 0 && ((unsigned char)s[j] & 0xc0) == 0x80);
+    snprintf(buf, n, "%.*s\xe2\x80\xa6", (int)j, s);
+}
+
 static cl_status legend(cl_strbuf *b, const cl__svg_chart *c,
                         const cl__svg_series *s, int ns)
 {
@@ -378,11 +400,15 @@ static double shade(double share)
     return sqrt(share);
 }
 
+#define LABEL_MAX 18 /* code points of a class name on an axis */
+
 static double max_label_w(const char *const *names, int k, double px)
 {
     double w = 0;
     for (int i = 0; i < k; i++) {
-        double t = text_w(names[i], px);
+        char lab[96];
+        short_label(names[i], lab, sizeof lab, LABEL_MAX);
+        double t = text_w(lab, px);
         w = t > w ? t : w;
     }
     return w;
@@ -405,9 +431,9 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
                           "<svg id=\"%s\" class=\"heatmap\" "
                           "xmlns=\"http://www.w3.org/2000/svg\" "
                           "viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
-                          "height=\"%.0f\" role=\"img\" "
-                          "aria-label=\"confusion matrix\">",
-                          id, W, H, W, H));
+                          "height=\"%.0f\" style=\"max-width:%.0fpx\" "
+                          "role=\"img\" aria-label=\"confusion matrix\">",
+                          id, W, H, W, H, W));
     CL_TRY(cl_strbuf_addf(
         b,
         "<defs><linearGradient id=\"%s-grad\" x1=\"0\" y1=\"1\" x2=\"0\" "
@@ -460,12 +486,14 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
     }
     if (labels) {
         for (int r = 0; r < k; r++) {
+            char lab[96];
+            short_label(names[r], lab, sizeof lab, LABEL_MAX);
             CL_TRY(cl_strbuf_addf(b,
                                   "<text class=\"cm-label\" x=\"%.1f\" "
                                   "y=\"%.1f\" text-anchor=\"end\" "
                                   "style=\"font-size:%.0fpx\">",
                                   left - 6, top + (r + 0.5) * cell + 4, fpx));
-            CL_TRY(cl__html_esc(b, names[r]));
+            CL_TRY(cl__html_esc(b, lab));
             CL_TRY(cl_strbuf_adds(b, "</text>"));
             double cx = left + (r + 0.5) * cell, cy = top + size + 8;
             CL_TRY(cl_strbuf_addf(b,
@@ -475,7 +503,7 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
                                   "transform=\"translate(%.1f %.1f) "
                                   "rotate(-45)\">",
                                   fpx, cx + 3, cy));
-            CL_TRY(cl__html_esc(b, names[r]));
+            CL_TRY(cl__html_esc(b, lab));
             CL_TRY(cl_strbuf_adds(b, "</text>"));
         }
     }
@@ -553,7 +581,9 @@ cl_status cl__svg_class_bars(cl_strbuf *b, const char *id, const int64_t *cm,
     const double rh = 22, lw_max = 150;
     double lw = 0;
     for (int i = 0; i < n; i++) {
-        double t = text_w(names[rows[i].c], 12);
+        char lab[96];
+        short_label(names[rows[i].c], lab, sizeof lab, LABEL_MAX);
+        double t = text_w(lab, 12);
         lw = t > lw ? t : lw;
     }
     lw = (lw > lw_max ? lw_max : lw) + 12;
@@ -563,8 +593,9 @@ cl_status cl__svg_class_bars(cl_strbuf *b, const char *id, const int64_t *cm,
         b,
         "<svg id=\"%s\" class=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" "
         "viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
-        "role=\"img\" aria-label=\"per-class accuracy\">",
-        id, W, H, W, H);
+        "style=\"max-width:%.0fpx\" role=\"img\" "
+        "aria-label=\"per-class accuracy\">",
+        id, W, H, W, H, W);
     char title[96];
     if (k > max_rows)
         snprintf(title, sizeof title,
@@ -591,8 +622,10 @@ cl_status cl__svg_class_bars(cl_strbuf *b, const char *id, const int64_t *cm,
                            "<text class=\"bar-label\" x=\"%.1f\" y=\"%.1f\" "
                            "text-anchor=\"end\">",
                            left - 8, y + 15);
+        char lab[96];
+        short_label(names[r->c], lab, sizeof lab, LABEL_MAX);
         if (s == CL_OK)
-            s = cl__html_esc(b, names[r->c]);
+            s = cl__html_esc(b, lab);
         if (s == CL_OK)
             s = cl_strbuf_addf(
                 b,
