@@ -212,7 +212,7 @@ static void write_config(const char *dir, const char *lr)
     cl_config_defaults(&c);
     cl_config_set(&c, "lr", lr);
     cl_config_set(&c, "epoch_size", "3");
-    cl_config_set(&c, "class_indexing", "<img src=x onerror=alert(1)>");
+    cl_config_set(&c, "data_dir", "<img src=x onerror=alert(1)>");
     cl_strbuf y;
     cl_strbuf_init(&y);
     cl_strbuf_adds(&y, "# resolved by classic 0.1.0; seed 42; 4 process(es)\n");
@@ -404,10 +404,12 @@ CL_TEST(partial_last_line_is_ignored)
     memset(&rl, 0, sizeof rl);
     b.len = 0;
     train_line(&b, 4, 1, 2.5, 0.1);
-    cl_strbuf_adds(&b, "not json\n[1,2]\n{\"kind\":\"train\"}\n");
+    cl_strbuf_adds(&b, "not json\n[1,2]\n{\"kind\":\"train\"}\n"
+                       "{\"kind\":\"train\",\"step\":6.5}\n"
+                       "{\"a\":[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]}\n");
     train_line(&b, 8, 1, 2.0, 0.1);
     CHECK_OK(cl__runlog_parse(&rl, b.data, b.len));
-    CHECK(rl.n_train == 2 && rl.bad_lines == 3);
+    CHECK(rl.n_train == 2 && rl.bad_lines == 5);
     cl__runlog_free(&rl);
     cl_strbuf_free(&b);
 
@@ -505,6 +507,21 @@ CL_TEST(errors_name_the_run_directory)
     /* The library call gives the same sentence. */
     CHECK_ERR(cl_report_write(cl_test_path("nowhere"), NULL, NULL), CL_ERR_IO,
               "no such run directory");
+    /* A checkpoint that cannot be read is a note in the page, not a
+     * failed report. */
+    const char *junk = cl_test_path("junk");
+    write_run(junk, 1, "0.1");
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/resnet18-best.safetensors", junk);
+    spit(ck, "\x10\0\0\0\0\0\0\0{\"a\":");
+    snprintf(args, sizeof args, "report %s", junk);
+    CHECK(classic(args) == 0);
+    snprintf(ck, sizeof ck, "%s/report.html", junk);
+    char *html = slurp(ck, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "id=\"eval-note\"") != NULL);
+    CHECK(strstr(html, "the checkpoint could not be opened") != NULL);
+    free(html);
     /* An unwritable output is an error, not a silent success. */
     write_run(cl_test_path("okrun"), 1, "0.1");
     snprintf(args, sizeof args, "report %s --no-eval --out %s/no/such/x.html",
@@ -513,6 +530,24 @@ CL_TEST(errors_name_the_run_directory)
 }
 
 /* ---- the full page in a browser ------------------------------------------ */
+
+/* The console check itself catches a script error (so a clean result of
+ * the report pages means something). */
+CL_TEST(browser_console_check_detects_errors)
+{
+    if (!have_chromium())
+        return;
+    const char *html = cl_test_path("bad.html");
+    spit(html, "<!DOCTYPE html><html><body><p>x</p><script>nosuch.call();"
+               "</script></body></html>");
+    const char *out = cl_test_path("bad.out"), *err = cl_test_path("bad.err");
+    CHECK(chromium(html, "--enable-logging=stderr --v=0 --dump-dom", out,
+                   err) == 0);
+    char *log = slurp(err, NULL);
+    REQUIRE(log != NULL);
+    CHECK(strstr(log, "Uncaught ReferenceError") != NULL);
+    free(log);
+}
 
 CL_TEST(browser_full_report)
 {
