@@ -394,9 +394,98 @@ static void onnx_case(int depth, int side, int n, const char *batch_opt)
     free(x);
 }
 
+/* Reads the exported file back with the protobuf reader: IR version,
+ * opset, producer, the metadata_props keys, the node kinds. */
+static void onnx_check_structure(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    REQUIRE(fseek(f, 0, SEEK_END) == 0);
+    long n = ftell(f);
+    REQUIRE(n > 0 && fseek(f, 0, SEEK_SET) == 0);
+    unsigned char *buf = malloc((size_t)n);
+    REQUIRE(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    cl_pb_reader r, sub, sub2;
+    cl_pb_field fl, f2;
+    int more, ir = 0, opset = 0, convs = 0, bns = 0, gemm = 0;
+    char keys[512] = "";
+    cl_pb_reader_init(&r, buf, (size_t)n, 0, path);
+    while (cl_pb_next(&r, &fl, &more) == CL_OK && more) {
+        if (fl.number == 1)
+            ir = (int)fl.v;
+        if (fl.number == 8) {
+            cl_pb_reader_sub(&r, &fl, &sub);
+            while (cl_pb_next(&sub, &f2, &more) == CL_OK && more)
+                if (f2.number == 2)
+                    opset = (int)f2.v;
+        }
+        if (fl.number == 14) {
+            cl_pb_reader_sub(&r, &fl, &sub);
+            while (cl_pb_next(&sub, &f2, &more) == CL_OK && more)
+                if (f2.number == 1 && strlen(keys) + f2.len + 2 < sizeof keys) {
+                    strncat(keys, (const char *)f2.ptr, f2.len);
+                    strcat(keys, " ");
+                }
+        }
+        if (fl.number == 7) {
+            cl_pb_reader_sub(&r, &fl, &sub);
+            while (cl_pb_next(&sub, &f2, &more) == CL_OK && more) {
+                if (f2.number != 1)
+                    continue;
+                cl_pb_field f3;
+                int m3;
+                cl_pb_reader_sub(&sub, &f2, &sub2);
+                while (cl_pb_next(&sub2, &f3, &m3) == CL_OK && m3)
+                    if (f3.number == 4) {
+                        convs += f3.len == 4 && !memcmp(f3.ptr, "Conv", 4);
+                        bns += f3.len == 18 &&
+                               !memcmp(f3.ptr, "BatchNormalization", 18);
+                        gemm += f3.len == 4 && !memcmp(f3.ptr, "Gemm", 4);
+                    }
+            }
+        }
+    }
+    CHECK(ir == 7 && opset == 13);
+    CHECK(convs == 20 && bns == 0 && gemm == 1); /* resnet18 */
+    CHECK(strstr(keys, "mean ") && strstr(keys, "std ") &&
+          strstr(keys, "image_size ") && strstr(keys, "class_names ") &&
+          strstr(keys, "preprocessing "));
+    free(buf);
+}
+
 CL_TEST(onnx_resnet18_dynamic_batch)
 {
     onnx_case(18, 64, 5, "");
+    onnx_check_structure(cl_test_path("m.onnx"));
+}
+
+/* export refuses what is not a classic checkpoint and bad options, and
+ * leaves no file behind. */
+CL_TEST(onnx_export_refusals)
+{
+    const char *bin = getenv("CLASSIC_BIN");
+    const char *out = cl_test_path("never.onnx");
+    char cmd[2048];
+    REQUIRE(bin);
+    snprintf(cmd, sizeof cmd,
+             "%s export --checkpoint " CL_SOURCE_DIR
+             "/CMakeLists.txt --onnx %s 2>/dev/null",
+             bin, out);
+    CHECK(cl_test_run(cmd) == 1);
+    snprintf(cmd, sizeof cmd, "%s export --checkpoint %s --onnx %s 2>/dev/null",
+             bin, cl_test_path("missing.safetensors"), out);
+    CHECK(cl_test_run(cmd) == 1);
+    snprintf(cmd, sizeof cmd, "%s export --onnx %s 2>/dev/null", bin, out);
+    CHECK(cl_test_run(cmd) == 2);
+    snprintf(cmd, sizeof cmd,
+             "%s export --checkpoint x --onnx %s --batch 0 2>/dev/null", bin,
+             out);
+    CHECK(cl_test_run(cmd) == 2);
+    FILE *f = fopen(out, "rb");
+    CHECK(f == NULL);
+    if (f)
+        fclose(f);
 }
 
 CL_TEST(onnx_resnet50_fixed_batch)
