@@ -429,6 +429,7 @@ CL_TEST(partial_last_line_is_ignored)
     CHECK(strstr(html, "no checkpoint in the run directory yet") != NULL);
     CHECK(strstr(html, "No config.yaml") != NULL);
     CHECK(strstr(html, "in progress") != NULL);
+    CHECK(path_points(html, "comm-curve") == -1); /* not an MPI run */
     free(html);
 }
 
@@ -478,6 +479,30 @@ CL_TEST(resumed_run_keeps_last_occurrence)
     CHECK(path_points(html, "loss-raw") == 5);
     CHECK(path_points(html, "acc-top1") == 2);
     CHECK(strstr(html, "The run was resumed (1 time(s))") != NULL);
+    free(html);
+}
+
+CL_TEST(mpi_run_shows_comm_wait)
+{
+    const char *dir = cl_test_path("mpi");
+    mkdir(dir, 0777);
+    char path[700], args[1600];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    spit(path, "{\"kind\":\"train\",\"step\":2,\"epoch\":1,\"loss\":2,"
+               "\"loss_avg\":2,\"lr\":0.1,\"img_s\":50,\"step_ms\":100,"
+               "\"data_wait\":0.01,\"comm_wait\":0.2}\n"
+               "{\"kind\":\"train\",\"step\":4,\"epoch\":1,\"loss\":1.8,"
+               "\"loss_avg\":1.9,\"lr\":0.1,\"img_s\":55,\"step_ms\":90,"
+               "\"data_wait\":null,\"comm_wait\":0.15}\n");
+    snprintf(args, sizeof args, "report %s --no-eval", dir);
+    REQUIRE(classic(args) == 0);
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *html = slurp(path, NULL);
+    REQUIRE(html != NULL);
+    CHECK(path_points(html, "comm-curve") == 2);
+    CHECK(path_points(html, "wait-curve") == 1); /* null is no point */
+    CHECK(strstr(html, "gradient sync wait") != NULL);
+    CHECK(strstr(html, "not requested") != NULL);
     free(html);
 }
 

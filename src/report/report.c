@@ -168,9 +168,10 @@ static cl_status kv_row(cl_strbuf *b, const char *k, const char *v,
 
 /* Columns of the run log as arrays for the charts. */
 typedef struct cols {
-    double *step, *loss, *avg, *lr, *ips, *wait; /* (n_train) */
-    double *ep, *top1, *top5, *vloss;            /* (n_eval) */
-    double *tep, *tloss;                         /* per epoch: (n_ep) */
+    double *step, *loss, *avg, *lr, *ips, *wait, *comm; /* (n_train) */
+    int have_comm;
+    double *ep, *top1, *top5, *vloss; /* (n_eval) */
+    double *tep, *tloss;              /* per epoch: (n_ep) */
     size_t n_ep;
 } cols;
 
@@ -185,7 +186,7 @@ static cl_status cols_make(const cl__runlog *rl, cols *c)
 {
     memset(c, 0, sizeof *c);
     size_t nt = rl->n_train, ne = rl->n_eval;
-    size_t total = 6 * nt + 4 * ne + 2 * (nt + 1), bytes;
+    size_t total = 7 * nt + 4 * ne + 2 * (nt + 1), bytes;
     CL_TRY(cl_mul_size(total, sizeof(double), &bytes, "chart columns"));
     double *p = cl_alloc(bytes, "chart columns");
     if (!p)
@@ -196,7 +197,8 @@ static cl_status cols_make(const cl__runlog *rl, cols *c)
     c->lr = p + 3 * nt;
     c->ips = p + 4 * nt;
     c->wait = p + 5 * nt;
-    c->ep = p + 6 * nt;
+    c->comm = p + 6 * nt;
+    c->ep = p + 7 * nt;
     c->top1 = c->ep + ne;
     c->top5 = c->ep + 2 * ne;
     c->vloss = c->ep + 3 * ne;
@@ -210,6 +212,8 @@ static cl_status cols_make(const cl__runlog *rl, cols *c)
         c->lr[i] = t->lr;
         c->ips[i] = t->img_s;
         c->wait[i] = t->data_wait;
+        c->comm[i] = t->comm_wait;
+        c->have_comm |= isfinite(t->comm_wait);
     }
     for (size_t i = 0; i < ne; i++) {
         const cl__rl_eval *e = &rl->eval[i];
@@ -421,10 +425,15 @@ static cl_status curves(cl_strbuf *b, const cl__runlog *rl, const cols *c)
                           C_GREEN, 1.8,         0,       0,      0};
     CL_TRY(chart(b, "chart-ips", "Throughput", "step", "images / s", 0, 0, 0,
                  &ips, 1));
-    cl__svg_series wait = {"data wait", "wait-curve", c->step, c->wait, nt,
-                           C_RED,       1.8,          0,       0,       0};
-    CL_TRY(chart(b, "chart-wait", "Data-wait share of step time", "step",
-                 "waiting for data", 0, 1, 0, &wait, 1));
+    cl__svg_series wait[2] = {
+        {"data wait", "wait-curve", c->step, c->wait, nt, C_RED, 1.8, 0, 0, 0},
+        {"gradient sync wait", "comm-curve", c->step, c->comm, nt, C_PURPLE,
+         1.8, 0, 0, 0}};
+    CL_TRY(chart(b, "chart-wait",
+                 c->have_comm ? "Wait shares of step time"
+                              : "Data-wait share of step time",
+                 "step", "share of step time", 0, 1, 0, wait,
+                 c->have_comm ? 2 : 1));
     return cl_strbuf_adds(b, "</div>\n");
 }
 

@@ -15,6 +15,7 @@
 typedef struct cl__rl_train {
     int64_t step, epoch;
     double loss, loss_avg, lr, img_s, step_ms, data_wait; /* NaN if null */
+    double comm_wait; /* MPI runs only: share of time in gradient sync */
 } cl__rl_train;
 
 typedef struct cl__rl_eval {

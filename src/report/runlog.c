@@ -104,6 +104,7 @@ static cl_status add_record(cl__runlog *rl, const cl_json *o)
         t->img_s = num(o, "img_s");
         t->step_ms = num(o, "step_ms");
         t->data_wait = num(o, "data_wait");
+        t->comm_wait = num(o, "comm_wait");
     } else if (strcmp(kind->str, "eval") == 0) {
         while (rl->n_eval > 0 && rl->eval[rl->n_eval - 1].step >= step)
             rl->n_eval--;
