@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "interop/interop.h"
+#include "io/safetensors.h"
 #include "train/model.h"
 
 static void usage(void)
@@ -58,21 +59,23 @@ int cl_cmd_export(int argc, char **argv)
         cl_model_open(&m, ckpt, batch > 0 ? batch : 1, "ref", CL_PLAN_INFER, 1);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
+    /* The metadata strings are read in place from the open file (class
+     * names of 1000 classes run to tens of kilobytes). */
+    cl_st_file *f = NULL;
+    if ((s = cl_st_open(&f, ckpt)) != CL_OK) {
+        cl_model_close(&m);
+        return cl_cli_fail("export", s);
+    }
     static const char *const keys[] = {"arch",       "stem", "num_classes",
                                        "image_size", "mean", "std",
                                        "class_names"};
     enum { NK = sizeof keys / sizeof keys[0] };
-    static char vals[NK][8192];
     cl_onnx_kv kv[NK + 2];
     int n = 0;
     for (int k = 0; k < NK; k++) {
-        if ((s = cl_ckpt_read_meta(ckpt, keys[k], vals[k], sizeof vals[k])) !=
-            CL_OK) {
-            cl_model_close(&m);
-            return cl_cli_fail("export", s);
-        }
-        if (vals[k][0])
-            kv[n++] = (cl_onnx_kv){keys[k], vals[k]};
+        const char *v = cl_st_metadata(f, keys[k]);
+        if (v && v[0])
+            kv[n++] = (cl_onnx_kv){keys[k], v};
     }
     char crop[32], pre[256];
     double pct = m.cfg.crop_pct > 0 ? m.cfg.crop_pct : 0.875;
@@ -86,6 +89,7 @@ int cl_cmd_export(int argc, char **argv)
     kv[n++] = (cl_onnx_kv){"preprocessing", pre};
     cl_onnx_opts o = {batch, kv, n};
     s = cl_interop_export_onnx(&m.g, out, &o);
+    cl_st_close(f);
     cl_model_close(&m);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
