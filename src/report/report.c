@@ -484,10 +484,11 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
         CL_TRY(cl_strbuf_adds(b, "<small>"));
         CL_TRY(cl__html_esc(b, base ? base + 1 : rl->ckpt));
         if (ev->done) {
-            CL_TRY(cl_strbuf_addf(b,
-                                  " (%s checkpoint, epoch %s, step %s) on "
-                                  "%lld samples of ",
-                                  rl->ckpt_kind, ev->ckpt_epoch, ev->ckpt_step,
+            CL_TRY(cl_strbuf_addf(b, " (%s checkpoint, epoch ", rl->ckpt_kind));
+            CL_TRY(cl__html_esc(b, ev->ckpt_epoch));
+            CL_TRY(cl_strbuf_adds(b, ", step "));
+            CL_TRY(cl__html_esc(b, ev->ckpt_step));
+            CL_TRY(cl_strbuf_addf(b, ") on %lld samples of ",
                                   (long long)ev->samples));
             CL_TRY(cl__html_esc(b, ev->dataset));
             CL_TRY(cl_strbuf_adds(b, " split "));

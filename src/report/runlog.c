@@ -137,7 +137,7 @@ cl_status cl__runlog_parse(cl__runlog *rl, const char *text, size_t len)
         if (n == 0)
             continue;
         cl_json_doc *doc = NULL;
-        cl_json_limits lim = {8, 256};
+        cl_json_limits lim = {8, 4096}; /* a record is flat and small */
         if (cl_json_parse(&doc, line, n, &lim, "metrics.jsonl") != CL_OK) {
             cl_clear_error();
             /* The writer appends whole lines: text after the last newline
