@@ -424,7 +424,7 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
     if (lw > 150)
         lw = 150;
     const double left = 26 + lw, top = 34, size = cell * k;
-    const double bottom = (labels ? lw * 0.72 : 20) + 34;
+    const double bottom = (labels ? (lw - 10) * 0.72 : 20) + 30;
     const double legend_w = 70;
     const double W = left + size + legend_w, H = top + size + bottom;
     CL_TRY(cl_strbuf_addf(b,
