@@ -930,6 +930,16 @@ CL_TEST(mindspore_hostile)
     CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_FORMAT, "value lacks its tensor");
     cl_pb_writer_free(&v);
     cl_pb_writer_free(&w);
+    /* More values than any model has: refused before the index grows
+     * without bound (and duplicates are found in n log n, not n^2). */
+    cl_pb_writer_init(&w);
+    for (int i = 0; i <= 100000 && w.err == CL_OK; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "t%d", i);
+        ms_value(&w, tag, NULL, 0, "str", "", 0);
+    }
+    CHECK_ERR(open_bytes(w.p, w.n), CL_ERR_LIMIT, "more than 100000 tensors");
+    cl_pb_writer_free(&w);
     /* Random bytes after a valid prefix never crash the reader. */
     uint32_t st = 12345;
     unsigned char junk[512];

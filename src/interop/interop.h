@@ -38,6 +38,7 @@ typedef struct cl_ms_tensor {
     cl_shape shape;
     const uint8_t *data; /* tensor_content, little-endian */
     size_t nbytes;
+    size_t offset; /* of its Value in the file */
 } cl_ms_tensor;
 
 typedef struct cl_ms_ckpt {

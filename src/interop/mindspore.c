@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -211,6 +212,38 @@ static cl_status parse_value(cl_pb_reader *r, cl_ms_tensor *t, size_t value_off)
     return parse_tensor(&tr, t, value_off);
 }
 
+static int by_name(const void *a, const void *b)
+{
+    const cl_ms_tensor *x = *(const cl_ms_tensor *const *)a;
+    const cl_ms_tensor *y = *(const cl_ms_tensor *const *)b;
+    int d = strcmp(x->name, y->name);
+    return d ? d : (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* A name twice is a tensor saved in slices (or a corrupt file); found by
+ * sorting, so a hostile file of many values costs n log n. */
+static cl_status check_unique(const cl_ms_ckpt *c, const char *path)
+{
+    if (c->n < 2)
+        return CL_OK;
+    const cl_ms_tensor **v =
+        cl_alloc((size_t)c->n * sizeof *v, "checkpoint names");
+    if (!v)
+        return CL_ERR_NOMEM;
+    for (int i = 0; i < c->n; i++)
+        v[i] = &c->t[i];
+    qsort(v, (size_t)c->n, sizeof *v, by_name);
+    cl_status s = CL_OK;
+    for (int i = 1; i < c->n && s == CL_OK; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            s = cl_error(CL_ERR_UNSUPPORTED,
+                         "%s: offset %zu: '%s' appears twice (a tensor "
+                         "saved in slices is not read)",
+                         path, v[i]->offset, v[i]->name);
+    cl_free(v);
+    return s;
+}
+
 cl_status cl_ms_ckpt_open(cl_ms_ckpt *c, const char *path)
 {
     memset(c, 0, sizeof *c);
@@ -235,12 +268,12 @@ cl_status cl_ms_ckpt_open(cl_ms_ckpt *c, const char *path)
                          path, f.offset, f.number, f.wire);
             goto fail;
         }
+        if (c->n >= CL_MS_MAX_TENSORS) {
+            s = cl_error(CL_ERR_LIMIT, "%s: offset %zu: more than %d tensors",
+                         path, f.offset, CL_MS_MAX_TENSORS);
+            goto fail;
+        }
         if (c->n == cap) {
-            if (cap >= CL_MS_MAX_TENSORS) {
-                s = cl_error(CL_ERR_LIMIT, "%s: more than %d tensors", path,
-                             CL_MS_MAX_TENSORS);
-                goto fail;
-            }
             int ncap = cap ? cap * 2 : 64;
             cl_ms_tensor *nt =
                 cl_alloc((size_t)ncap * sizeof *nt, "checkpoint index");
@@ -258,17 +291,12 @@ cl_status cl_ms_ckpt_open(cl_ms_ckpt *c, const char *path)
         cl_pb_reader_sub(&r, &f, &vr);
         if ((s = parse_value(&vr, &c->t[c->n], f.offset)) != CL_OK)
             goto fail;
-        for (int i = 0; i < c->n; i++)
-            if (strcmp(c->t[i].name, c->t[c->n].name) == 0) {
-                s = cl_error(CL_ERR_UNSUPPORTED,
-                             "%s: offset %zu: '%s' appears twice (a tensor "
-                             "saved in slices is not read)",
-                             path, f.offset, c->t[c->n].name);
-                goto fail;
-            }
+        c->t[c->n].offset = f.offset;
         c->n++;
     }
     if (s != CL_OK)
+        goto fail;
+    if ((s = check_unique(c, path)) != CL_OK)
         goto fail;
     return CL_OK;
 fail:

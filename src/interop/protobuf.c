@@ -171,7 +171,10 @@ cl_status cl_pb_next(cl_pb_reader *r, cl_pb_field *f, int *more)
     f->wire = (int)(k & 7);
     switch (f->wire) {
     case CL_PB_VARINT:
-        return (s = read_varint(r, &f->v)) == CL_OK ? (*more = 1, CL_OK) : s;
+        if ((s = read_varint(r, &f->v)) != CL_OK)
+            return s;
+        *more = 1;
+        return CL_OK;
     case CL_PB_FIXED64:
     case CL_PB_FIXED32: {
         size_t w = f->wire == CL_PB_FIXED64 ? 8 : 4;
