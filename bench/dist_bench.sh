@@ -2,7 +2,8 @@
 # Data-parallel throughput on one host: ResNet-50 trained by `classic train`
 # as 1 rank x T threads against T ranks x 1 thread (gradient sync overlapped
 # with backward, then blocking), same global batch; prints img/s, step time
-# and the share of step time spent in grad_wait (the JSONL "comm_wait").
+# and the shares of step time spent in grad_wait (the JSONL "comm_wait")
+# and inside the grad_ready hook during backward ("comm_hook").
 # Run by hand, not by ctest:  bench/dist_bench.sh [build-dir]
 # Environment: STEPS (optimizer steps per run, default 8), BATCH (global
 # batch, default 32), STEM (cifar|imagenet, default cifar), SIDE (default
@@ -42,15 +43,16 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l][1:]
 if not rows:
     sys.exit("no timed steps in " + sys.argv[1])
 m = lambda k: sum(r.get(k, 0) for r in rows) / len(rows)
-print("| %-28s | %7.1f | %8.0f | %9.1f%% |" %
-      (sys.argv[2], m("img_s"), m("step_ms"), 100 * m("comm_wait")))
+print("| %-28s | %7.1f | %8.0f | %9.1f%% | %9.1f%% |" %
+      (sys.argv[2], m("img_s"), m("step_ms"), 100 * m("comm_wait"),
+       100 * m("comm_hook")))
 EOF
 }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load:$(uptime | sed 's/.*load average://')"
 echo "# resnet50 $STEM stem ${SIDE}x$SIDE, global batch $BATCH, $STEPS steps (first $PRINT not timed)"
-echo "| run                          |   img/s |  ms/step | comm wait |"
-echo "| ---------------------------- | ------- | -------- | --------- |"
+echo "| run                          |   img/s |  ms/step | comm wait | in hook   |"
+echo "| ---------------------------- | ------- | -------- | --------- | --------- |"
 
 OMP_NUM_THREADS=$NP "$BIN" train $common --threads "$NP" \
     --batch_size "$BATCH" --ckpt_save_dir "$OUT/one" >"$OUT/one.log" 2>&1 ||

@@ -407,7 +407,7 @@ static cl_status broadcast_optim(run *r)
 
 static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
                        double avg, double lr, double ips, double ms,
-                       double wait, double comm)
+                       double wait, double comm, double hook)
 {
     if (!r->jsonl)
         return;
@@ -430,6 +430,8 @@ static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
     if (r->sync) {
         cl_strbuf_adds(b, ",\"comm_wait\":");
         cl_strbuf_add_json_num(b, comm);
+        cl_strbuf_adds(b, ",\"comm_hook\":");
+        cl_strbuf_add_json_num(b, hook);
     }
     cl_strbuf_adds(b, "}\n");
     fputs(cl_strbuf_str(b), r->jsonl);
@@ -623,7 +625,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     cl_ema ema;
     cl_ema_init(&ema, 0.98);
     double t_start = cl_time_now(), wait0 = cl_loader_wait_seconds(r.train_ld);
-    double comm_mark = 0; /* grad_wait seconds at the last print */
+    /* grad_wait and grad_ready seconds at the last print */
+    double comm_mark = 0, hook_mark = 0;
     int64_t imgs = 0;
     char last_good[640] = "";
     for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
@@ -703,12 +706,14 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 double dt = now - t_mark;
                 double w = cl_loader_wait_seconds(r.train_ld) - w_mark;
                 double ips = dt > 0 ? (double)(imgs - imgs_mark) / dt : 0;
-                double comm = 0, lv[2] = {loss, cl_ema_get(&ema)};
+                double comm = 0, hook = 0, lv[2] = {loss, cl_ema_get(&ema)};
                 if (r.sync) {
                     cl_dist_sync_stats ss;
                     cl_dist_grad_sync_stats(r.sync, &ss);
                     comm = ss.wait_s_total - comm_mark;
                     comm_mark = ss.wait_s_total;
+                    hook = ss.hook_s_total - hook_mark;
+                    hook_mark = ss.hook_s_total;
                     /* The logged loss is the global batch's: the mean of
                      * the ranks' means (equal batch sizes). */
                     if ((s = cl_dist_allreduce_sum_f64(r.d, lv, 2)) != CL_OK)
@@ -744,7 +749,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 }
                 jsonl_step(&r, step, epoch + 1, lv[0], lv[1], lr,
                            ips * (d ? d->size : 1), ms, dt > 0 ? w / dt : 0,
-                           dt > 0 ? comm / dt : 0);
+                           dt > 0 ? comm / dt : 0, dt > 0 ? hook / dt : 0);
                 t_mark = now;
                 w_mark = cl_loader_wait_seconds(r.train_ld);
                 imgs_mark = imgs;
