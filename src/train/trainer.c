@@ -24,6 +24,8 @@
 #include "train/metrics.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
+#include "interop/interop.h"
+#include "report/report.h"
 
 /* Everything one run owns; released by run_free in reverse order. */
 typedef struct run {
@@ -174,6 +176,21 @@ static cl_status build_model(run *r)
                            (float)c->label_smoothing));
     CL_TRY(cl_resnet_init(&r->g, &r->model, (uint64_t)c->seed));
     if (c->pretrained[0] && !c->resume[0]) {
+        size_t n = strlen(c->pretrained);
+        if (n > 5 && strcmp(c->pretrained + n - 5, ".ckpt") == 0) {
+            /* A MindSpore checkpoint: names mapped onto torchvision's. */
+            char note[1024];
+            CL_TRY(cl_error_wrap(
+                cl_interop_load_pretrained(c->pretrained, &r->g,
+                                           CL_CKPT_PRETRAINED, note,
+                                           sizeof note),
+                "pretrained weights: "));
+            cl_log(r->lg, CL_LOG_INFO,
+                   "pretrained: %s; training starts at step 0 with a fresh "
+                   "optimizer",
+                   note);
+            return CL_OK;
+        }
         cl_ckpt_load_report rep;
         CL_TRY(cl_error_wrap(
             cl_ckpt_load_model(c->pretrained, &r->g, CL_CKPT_PRETRAINED,
@@ -470,6 +487,18 @@ static void fmt_duration(double s, char *buf, size_t n)
 }
 
 /* ---- the loop -------------------------------------------------------- */
+
+/* report.html in the run directory; a failure to write it is a warning,
+ * never a failed run. */
+static void write_report(run *r, int eval)
+{
+    if (!r->root)
+        return;
+    cl_report_opts ro = cl_report_opts_default();
+    ro.eval = eval;
+    if (cl_report_write(r->cfg->ckpt_save_dir, NULL, &ro) != CL_OK)
+        cl_log(r->lg, CL_LOG_WARN, "report: %s", cl_last_error());
+}
 
 /* A batch short of bad images (on_bad_image: skip) is topped up by
  * repeating its own samples: the graph is static in the batch size, and
@@ -792,6 +821,9 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         if (r.val_ld && ((epoch + 1) % cfg->val_interval == 0 || last_epoch))
             if ((s = run_eval(&r, epoch, step, epoch_s, res)) != CL_OK)
                 goto fail;
+        /* The curves so far, for a person watching a long run. */
+        if (!last_epoch)
+            write_report(&r, 0);
     }
     res->seconds = cl_time_now() - t_start;
     res->steps = step;
@@ -810,6 +842,9 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                                                      : 0,
                                  batches, step)) != CL_OK)
             goto fail;
+        /* The final report also evaluates the checkpoint (confusion matrix,
+         * misclassified images) when the run has a validation split. */
+        write_report(&r, r.val_ld != NULL);
     }
     s = CL_OK;
 fail:
