@@ -9,7 +9,6 @@
 #include "io/safetensors.h"
 #include "train/evaluate.h"
 #include "train/model.h"
-#include "train/recipe.h"
 
 static void usage(void)
 {
@@ -65,47 +64,25 @@ int cl_cmd_embed(int argc, char **argv)
     if (batch < 1)
         batch = 100;
     cl_model m;
-    cl_dataset *ds = NULL;
-    cl_transforms *tf = NULL;
-    cl_loader *ld = NULL;
+    cl_model_data md;
     cl_metrics met;
     cl_st_writer *w = NULL;
     sink sk;
     memset(&sk, 0, sizeof sk);
     memset(&met, 0, sizeof met);
+    memset(&md, 0, sizeof md);
     cl_status s = cl_model_open(&m, ckpt, batch, "onednn", CL_PLAN_INFER, 0);
     if (s != CL_OK)
         return cl_cli_fail("embed", s);
-    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
-    cl_dataset_spec spec;
-    cl_transform_opts to;
-    int h = 0, wd = 0, c = 0;
     if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)
         goto fail;
     if (split)
         snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
-    if ((s = cl_recipe_dataset(&m.cfg, CL_USAGE_TEST, dir, sizeof dir,
-                               &spec)) != CL_OK)
+    if ((s = cl_model_data_open(&m, batch, 1, 0, &md)) != CL_OK)
         goto fail;
-    spec.num_classes = m.num_classes;
-    if ((s = cl_dataset_open(&ds, &spec)) != CL_OK)
-        goto fail;
-    cl_dataset_image_dims(ds, &h, &wd, &c);
-    if ((s = cl_model_transforms(&m, h, wd, &to)) != CL_OK ||
-        (s = cl_transforms_create(&tf, &to)) != CL_OK)
-        goto fail;
-    cl_loader_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.dataset = ds;
-    lo.tf = tf;
-    lo.batch_size = batch;
-    lo.workers = m.cfg.num_parallel_workers;
-    lo.num_classes = m.num_classes;
-    if ((s = cl_loader_create(&ld, &lo)) != CL_OK)
-        goto fail;
-    sk.ds = ds;
+    sk.ds = md.ds;
     sk.dim = (int)m.g.tensors[m.g.features].shape.d[1];
-    sk.cap = cl_loader_samples_per_epoch(ld);
+    sk.cap = cl_loader_samples_per_epoch(md.ld);
     sk.feat = cl_alloc((size_t)sk.cap * sk.dim * sizeof(float), "features");
     sk.labels = cl_alloc((size_t)sk.cap * sizeof(int64_t), "labels");
     sk.indices = cl_alloc((size_t)sk.cap * sizeof(int64_t), "indices");
@@ -114,7 +91,7 @@ int cl_cmd_embed(int argc, char **argv)
         goto fail;
     }
     if ((s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
-        (s = cl_evaluate(m.be, ld, &met, NULL, on_features, &sk)) != CL_OK)
+        (s = cl_evaluate(m.be, md.ld, &met, NULL, on_features, &sk)) != CL_OK)
         goto fail;
     int64_t fd[2] = {sk.n, sk.dim};
     if ((s = cl_st_writer_new(&w)) != CL_OK ||
@@ -136,9 +113,7 @@ fail:
     cl_free(sk.labels);
     cl_free(sk.indices);
     cl_metrics_free(&met);
-    cl_loader_destroy(ld);
-    cl_transforms_destroy(tf);
-    cl_dataset_close(ds);
+    cl_model_data_close(&md);
     cl_model_close(&m);
     return s == CL_OK ? 0 : cl_cli_fail("embed", s);
 }

@@ -7,7 +7,6 @@
 #include "dist/dist.h"
 #include "train/evaluate.h"
 #include "train/model.h"
-#include "train/recipe.h"
 
 static void usage(void)
 {
@@ -48,12 +47,10 @@ int cl_cmd_eval(int argc, char **argv)
     }
     /* --split names the split as the recipe's val_split would ("test",
      * "train", or an image folder's subdirectory). */
-    const cl_data_usage usage_ = CL_USAGE_TEST;
     cl_dist d;
     cl_model m;
-    cl_dataset *ds = NULL;
-    cl_transforms *tf = NULL;
-    cl_loader *ld = NULL;
+    cl_model_data md;
+    memset(&md, 0, sizeof md);
     cl_metrics met;
     memset(&met, 0, sizeof met);
     cl_status s = cl_dist_init(&d, NULL, NULL);
@@ -65,42 +62,17 @@ int cl_cmd_eval(int argc, char **argv)
         cl_dist_finalize(&d);
         return cl_cli_fail("eval", s);
     }
-    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
-    cl_dataset_spec spec;
-    cl_transform_opts to;
-    int h = 0, w = 0, c = 0;
     if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)
         goto fail;
     if (split)
         snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
-    if ((s = cl_recipe_dataset(&m.cfg, usage_, dir, sizeof dir, &spec)) !=
-        CL_OK)
-        goto fail;
-    spec.num_classes = m.num_classes;
-    if ((s = cl_dataset_open(&ds, &spec)) != CL_OK)
-        goto fail;
-    cl_dataset_image_dims(ds, &h, &w, &c);
-    if ((s = cl_model_transforms(&m, h, w, &to)) != CL_OK ||
-        (s = cl_transforms_create(&tf, &to)) != CL_OK)
-        goto fail;
-    cl_loader_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.dataset = ds;
-    lo.tf = tf;
-    lo.batch_size = batch;
-    lo.num_shards = d.size;
-    lo.shard_id = d.rank;
-    lo.workers = m.cfg.num_parallel_workers;
-    lo.prefetch = m.cfg.prefetch;
-    lo.num_classes = m.num_classes;
-    lo.limit = m.cfg.limit_val;
-    if ((s = cl_loader_create(&ld, &lo)) != CL_OK ||
+    if ((s = cl_model_data_open(&m, batch, d.size, d.rank, &md)) != CL_OK ||
         (s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
-        (s = cl_evaluate(m.be, ld, &met, &d, NULL, NULL)) != CL_OK)
+        (s = cl_evaluate(m.be, md.ld, &met, &d, NULL, NULL)) != CL_OK)
         goto fail;
     if (d.rank == 0) {
         printf("%s on %s split '%s' (%lld samples)\n", ckpt,
-               cl_dataset_format(ds), m.cfg.val_split,
+               cl_dataset_format(md.ds), m.cfg.val_split,
                (long long)cl_metrics_count(&met));
         if ((s = cl_metrics_print(&met, stdout,
                                   (const char *const *)m.class_names)) !=
@@ -115,9 +87,7 @@ int cl_cmd_eval(int argc, char **argv)
     }
 fail:
     cl_metrics_free(&met);
-    cl_loader_destroy(ld);
-    cl_transforms_destroy(tf);
-    cl_dataset_close(ds);
+    cl_model_data_close(&md);
     cl_model_close(&m);
     if (s != CL_OK) {
         int rc = cl_cli_fail("eval", s);

@@ -172,9 +172,8 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
         return CL_OK;
     }
     cl_model m;
-    cl_dataset *ds = NULL;
-    cl_transforms *tf = NULL;
-    cl_loader *ld = NULL;
+    cl_model_data md;
+    memset(&md, 0, sizeof md);
     cl_metrics met;
     miss_ctx mc = {NULL, NULL, 0, 0};
     memset(&met, 0, sizeof met);
@@ -199,42 +198,14 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     if (o->data_dir)
         snprintf(m.cfg.data_dir, sizeof m.cfg.data_dir, "%s", o->data_dir);
 
-    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
-    cl_dataset_spec spec;
-    cl_transform_opts to;
-    int h = 0, w = 0, c = 0;
-    if (cl_recipe_dataset(&m.cfg, CL_USAGE_TEST, dir, sizeof dir, &spec) !=
-        CL_OK) {
-        note(ev, "the validation split is not configured");
-        goto done;
-    }
-    spec.num_classes = m.num_classes;
-    if (cl_dataset_open(&ds, &spec) != CL_OK) {
+    m.cfg.limit_val = (int)limit;
+    if (cl_model_data_open(&m, batch, 1, 0, &md) != CL_OK) {
         note(ev, "the validation split could not be opened");
-        goto done;
-    }
-    cl_dataset_image_dims(ds, &h, &w, &c);
-    if (cl_model_transforms(&m, h, w, &to) != CL_OK ||
-        cl_transforms_create(&tf, &to) != CL_OK) {
-        note(ev, "the evaluation transforms are invalid");
-        goto done;
-    }
-    cl_loader_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.dataset = ds;
-    lo.tf = tf;
-    lo.batch_size = batch;
-    lo.workers = m.cfg.num_parallel_workers;
-    lo.prefetch = m.cfg.prefetch;
-    lo.num_classes = m.num_classes;
-    lo.limit = limit;
-    if (cl_loader_create(&ld, &lo) != CL_OK) {
-        note(ev, "the validation loader could not start");
         goto done;
     }
     if ((s = cl_metrics_init(&met, m.num_classes)) != CL_OK)
         goto done;
-    mc.ds = ds;
+    mc.ds = md.ds;
     mc.cap = o->top_wrong < 0 ? 0 : o->top_wrong > 64 ? 64 : o->top_wrong;
     mc.top = cl_alloc((size_t)(mc.cap ? mc.cap : 1) * sizeof *mc.top,
                       "misclassified");
@@ -242,7 +213,7 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
         s = CL_ERR_NOMEM;
         goto done;
     }
-    if (cl_evaluate(m.be, ld, &met, NULL, on_sample, &mc) != CL_OK) {
+    if (cl_evaluate(m.be, md.ld, &met, NULL, on_sample, &mc) != CL_OK) {
         note(ev, "the evaluation failed");
         goto done;
     }
@@ -274,8 +245,9 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     ev->n_miss = mc.n;
     mc.top = NULL;
     snprintf(ev->split, sizeof ev->split, "%s", m.cfg.val_split);
-    snprintf(ev->dataset, sizeof ev->dataset, "%s", cl_dataset_format(ds));
-    if ((s = embed_images(ev, ds)) != CL_OK)
+    snprintf(ev->dataset, sizeof ev->dataset, "%s",
+             cl_dataset_format(md.ds));
+    if ((s = embed_images(ev, md.ds)) != CL_OK)
         goto done;
     cl_ckpt_read_meta(rl->ckpt, CL_META_EPOCH, ev->ckpt_epoch,
                       sizeof ev->ckpt_epoch);
@@ -289,9 +261,7 @@ done:
     ev->seconds = cl_time_now() - t0;
     cl_free(mc.top);
     cl_metrics_free(&met);
-    cl_loader_destroy(ld);
-    cl_transforms_destroy(tf);
-    cl_dataset_close(ds);
+    cl_model_data_close(&md);
     if (model_open)
         cl_model_close(&m);
     return s;

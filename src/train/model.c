@@ -145,3 +145,49 @@ cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
     return cl_recipe_transforms(&m->cfg, src_h, src_w, m->in_c, m->side, 0,
                                 out);
 }
+
+cl_status cl_model_data_open(const cl_model *m, int batch, int num_shards,
+                             int shard_id, cl_model_data *out)
+{
+    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    cl_transform_opts to;
+    int h = 0, w = 0, c = 0;
+    memset(out, 0, sizeof *out);
+    cl_status s = cl_recipe_dataset(&m->cfg, CL_USAGE_TEST, dir, sizeof dir,
+                                    &spec);
+    if (s != CL_OK)
+        return s;
+    spec.num_classes = m->num_classes;
+    if ((s = cl_dataset_open(&out->ds, &spec)) != CL_OK)
+        goto fail;
+    cl_dataset_image_dims(out->ds, &h, &w, &c);
+    if ((s = cl_model_transforms(m, h, w, &to)) != CL_OK ||
+        (s = cl_transforms_create(&out->tf, &to)) != CL_OK)
+        goto fail;
+    cl_loader_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.dataset = out->ds;
+    lo.tf = out->tf;
+    lo.batch_size = batch;
+    lo.num_shards = num_shards;
+    lo.shard_id = shard_id;
+    lo.workers = m->cfg.num_parallel_workers;
+    lo.prefetch = m->cfg.prefetch;
+    lo.num_classes = m->num_classes;
+    lo.limit = m->cfg.limit_val;
+    if ((s = cl_loader_create(&out->ld, &lo)) != CL_OK)
+        goto fail;
+    return CL_OK;
+fail:
+    cl_model_data_close(out);
+    return s;
+}
+
+void cl_model_data_close(cl_model_data *md)
+{
+    cl_loader_destroy(md->ld);
+    cl_transforms_destroy(md->tf);
+    cl_dataset_close(md->ds);
+    memset(md, 0, sizeof *md);
+}

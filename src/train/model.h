@@ -31,4 +31,18 @@ void cl_model_close(cl_model *m);
 cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
                               cl_transform_opts *out);
 
+/* The validation split of m's recipe (m->cfg.val_split), its eval
+ * transforms and a loader over it: no shuffling, no dropped remainder,
+ * shard shard_id of num_shards, at most m->cfg.limit_val samples.  What
+ * eval, embed and the report evaluate on. */
+typedef struct cl_model_data {
+    cl_dataset *ds;
+    cl_transforms *tf;
+    cl_loader *ld;
+} cl_model_data;
+
+cl_status cl_model_data_open(const cl_model *m, int batch, int num_shards,
+                             int shard_id, cl_model_data *out);
+void cl_model_data_close(cl_model_data *md);
+
 #endif
