@@ -58,7 +58,8 @@ static inline const char *fz_path(const char *name)
 
 /* Writes bytes to path, through gzip when gz is set; aborts on I/O errors
  * (a full tmpfs would otherwise look like a parser bug). */
-static inline void fz_write(const char *path, const uint8_t *d, size_t n, int gz)
+static inline void fz_write(const char *path, const uint8_t *d, size_t n,
+                            int gz)
 {
     if (gz) {
         gzFile g = gzopen(path, "wb1");
@@ -80,7 +81,7 @@ static inline void fz_write(const char *path, const uint8_t *d, size_t n, int gz
  * min(L, rest) bytes, part b what follows.  Inputs shorter than 4 bytes give
  * two empty parts. */
 static inline void fz_split(const uint8_t *d, size_t n, const uint8_t **a,
-                     size_t *na, const uint8_t **b, size_t *nb)
+                            size_t *na, const uint8_t **b, size_t *nb)
 {
     if (n < 4) {
         *a = *b = d;

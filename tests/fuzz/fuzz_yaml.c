@@ -8,8 +8,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cl_config c, d;
     cl_config_defaults(&c);
-    cl_status s = cl_config_load_yaml_text(&c, (const char *)data, size,
-                                           "fuzz.yaml");
+    cl_status s =
+        cl_config_load_yaml_text(&c, (const char *)data, size, "fuzz.yaml");
     fz_check_error(s);
     if (s != CL_OK)
         return 0;
@@ -18,8 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cl_config_format_yaml(&c, &sb) != CL_OK)
         abort();
     cl_config_defaults(&d);
-    s = cl_config_load_yaml_text(&d, cl_strbuf_str(&sb), sb.len,
-                                 "round-trip");
+    s = cl_config_load_yaml_text(&d, cl_strbuf_str(&sb), sb.len, "round-trip");
     if (s != CL_OK) {
         fprintf(stderr, "fuzz: written YAML does not load: %s\n",
                 cl_last_error());

@@ -45,7 +45,10 @@ static void put_le32(buf *b, uint32_t v)
                     (uint8_t)(v >> 24)};
     put(b, x, 4);
 }
-static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(buf *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
 
 static const char *outdir;
 
@@ -195,7 +198,10 @@ static void tar_member(buf *t, const char *name, char type, const buf *d,
     snprintf((char *)h + 124, 12, "%011o", (unsigned)d->n);
     snprintf((char *)h + 136, 12, "%011o", 0);
     h[156] = (uint8_t)type;
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
@@ -271,8 +277,8 @@ static void png_one(const char *name, int w, int h, int color, int depth,
     char p[1024];
     snprintf(p, sizeof p, "%s/png/%s", outdir, name);
     FILE *f = fopen(p, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL,
-                                              NULL, NULL);
+    png_structp png =
+        png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png_create_info_struct(png);
     if (!f || !png || !info || setjmp(png_jmpbuf(png)))
         exit(1);
@@ -287,10 +293,10 @@ static void png_one(const char *name, int w, int h, int color, int depth,
         png_set_tRNS(png, info, trans, 1, NULL);
     }
     png_write_info(png, info);
-    int ch = color == PNG_COLOR_TYPE_RGB         ? 3
-             : color == PNG_COLOR_TYPE_RGBA      ? 4
+    int ch = color == PNG_COLOR_TYPE_RGB          ? 3
+             : color == PNG_COLOR_TYPE_RGBA       ? 4
              : color == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
-                                                 : 1;
+                                                  : 1;
     size_t row = ((size_t)w * (size_t)ch * (size_t)depth + 7) / 8;
     uint8_t *r = calloc(row, 1);
     int passes = png_set_interlace_handling(png);
@@ -408,8 +414,7 @@ int main(int argc, char **argv)
     cifar_tar_seeds();
     png_one("gray8.png", 5, 3, PNG_COLOR_TYPE_GRAY, 8, PNG_INTERLACE_NONE);
     png_one("gray1.png", 9, 2, PNG_COLOR_TYPE_GRAY, 1, PNG_INTERLACE_NONE);
-    png_one("rgb8-adam7.png", 7, 7, PNG_COLOR_TYPE_RGB, 8,
-            PNG_INTERLACE_ADAM7);
+    png_one("rgb8-adam7.png", 7, 7, PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_ADAM7);
     png_one("rgba16.png", 3, 4, PNG_COLOR_TYPE_RGBA, 16, PNG_INTERLACE_NONE);
     png_one("ga8.png", 4, 4, PNG_COLOR_TYPE_GRAY_ALPHA, 8, PNG_INTERLACE_NONE);
     png_one("pal2.png", 6, 3, PNG_COLOR_TYPE_PALETTE, 2, PNG_INTERLACE_NONE);
@@ -418,14 +423,17 @@ int main(int argc, char **argv)
     jpeg_one("rgb-prog.jpg", 33, 20, 3, 1, 50);
     jpeg_one("rgb-big.jpg", 64, 48, 3, 0, 30);
     st_seeds();
-    text("json", "obj", "{\"a\": [1, -2.5e3, true, false, null], \"b\": "
-                        "{\"c\": \"x\\u00e9\\ud83d\\ude00\\n\"}}");
-    text("json", "nums", "[0, -0, 1e308, 9223372036854775807, "
-                         "-9223372036854775808, 1.5E-7, 12345678901234567890]");
+    text("json", "obj",
+         "{\"a\": [1, -2.5e3, true, false, null], \"b\": "
+         "{\"c\": \"x\\u00e9\\ud83d\\ude00\\n\"}}");
+    text("json", "nums",
+         "[0, -0, 1e308, 9223372036854775807, "
+         "-9223372036854775808, 1.5E-7, 12345678901234567890]");
     text("json", "str", "\"caf\xc3\xa9 \\\"q\\\" \\/ \\t\\u0000\"");
     text("json", "nested", "[[[[{\"k\":[{}]}]]]]");
-    text("json", "metrics", "{\"epoch\": 1, \"step\": 20, \"loss\": 2.3025, "
-                            "\"lr\": 0.1, \"acc1\": 0.125}");
+    text("json", "metrics",
+         "{\"epoch\": 1, \"step\": 20, \"loss\": 2.3025, "
+         "\"lr\": 0.1, \"acc1\": 0.125}");
     text("yaml", "recipe",
          "# ResNet-50 on ImageNet\n"
          "dataset: imagefolder\ndata_dir: /data/imagenet\n"
@@ -440,8 +448,9 @@ int main(int argc, char **argv)
          "in_channels: 1\nimage_size: 28\nopt: adamw\nlr: 0.001\n"
          "label_smoothing: 0.1\nmixup: 0.2\ncutmix: 1.0\n"
          "color_jitter: [0.4, 0.4, 0.4]\nmean: [0.5]\nstd: [0.5]\n");
-    text("yaml", "flow", "{model: resnet34, lr: 0.05, batch_size: 64, "
-                         "scheduler: cosine_decay, warmup_epochs: 5}\n");
+    text("yaml", "flow",
+         "{model: resnet34, lr: 0.05, batch_size: 64, "
+         "scheduler: cosine_decay, warmup_epochs: 5}\n");
     text("yaml", "doc", "---\nseed: 7\nlog_level: debug\nbackend: ref\n...\n");
     text("class_indexing", "plain", "bird 0\ncat 1\ndog 2\n");
     text("class_indexing", "reordered",
