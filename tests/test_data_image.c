@@ -1005,3 +1005,16 @@ CL_TEST(random_resized_crop_statistics)
     cl_transforms_destroy(tf);
     cl_image_free(&img);
 }
+
+CL_TEST(png_palette_with_transparency_decodes_to_rgb)
+{
+    /* A palette PNG with a tRNS chunk: libpng expands the transparency into
+     * an alpha channel, which is dropped like any other alpha (found by the
+     * PNG fuzzer's seed corpus). */
+    cl_image img;
+    memset(&img, 0, sizeof img);
+    REQUIRE_OK(cl_image_load(CL_SOURCE_DIR "/tests/fuzz/corpus/png/pal2.png",
+                             0, 0, &img));
+    CHECK(img.c == 3 && img.w == 6 && img.h == 3);
+    cl_image_free(&img);
+}

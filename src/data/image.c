@@ -254,8 +254,9 @@ static cl_status decode_png(const uint8_t *buf, size_t len, const char *name,
         png_set_expand_gray_1_2_4_to_8(png);
     if (bd == 16)
         png_set_strip_16(png);
-    /* Alpha is dropped, as PIL's convert("RGB") does. */
-    if (ct & PNG_COLOR_MASK_ALPHA)
+    /* Alpha is dropped, as PIL's convert("RGB") does; a tRNS chunk (palette
+     * or gray transparency) expands into alpha, so it is dropped too. */
+    if ((ct & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS))
         png_set_strip_alpha(png);
     int passes = png_set_interlace_handling(png);
     png_read_update_info(png, info);
