@@ -24,7 +24,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   log="$work/$t.log"
   # rss/malloc limits: a hostile header must not make us allocate 2 GB.
-  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  "$bin" -max_total_time="$secs" -seed="${FUZZ_SEED:-0}" -timeout=10 \
+    -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -print_final_stats=1 \
     -artifact_prefix="$work/crashes/$t-" "$work/$t" "$here/corpus/$t" \
     >"$log" 2>&1
