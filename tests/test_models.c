@@ -235,6 +235,27 @@ CL_TEST(output_shapes_cifar_stem_at_32)
     cl_graph_free(&g);
 }
 
+/* torchvision's resnet50 with conv1 = Conv2d(1, 64, 3, 1, 1) and the
+ * maxpool kept: 28 -> 28 (stem conv) -> 14 (maxpool) -> 14/7/4/2. */
+CL_TEST(output_shapes_cifar_pool_stem_at_28)
+{
+    cl_resnet_config c = cfg_make(50, 10, CL_STEM_CIFAR_POOL);
+    c.in_channels = 1;
+    cl_graph g;
+    REQUIRE_OK(cl_graph_init(&g, 2));
+    REQUIRE_OK(cl_resnet_build(&g, &c, 28, 28, 0, 0.0f));
+    CHECK(shape_is(&g, node_out(&g, "relu"), 4, 2, 64, 28, 28));
+    CHECK(shape_is(&g, node_out(&g, "maxpool"), 4, 2, 64, 14, 14));
+    CHECK(shape_is(&g, node_out(&g, "layer1.2.relu"), 4, 2, 256, 14, 14));
+    CHECK(shape_is(&g, node_out(&g, "layer4.2.relu"), 4, 2, 2048, 2, 2));
+    CHECK(shape_is(&g, cl_graph_find(&g, "conv1.weight"), 4, 64, 1, 3, 3));
+    cl_graph_free(&g);
+    REQUIRE_OK(cl_graph_init(&g, 2));
+    CHECK_ERR(cl_resnet_build(&g, &c, 12, 12, 0, 0.0f), CL_ERR_SHAPE,
+              "too small for the cifar_pool stem");
+    cl_graph_free(&g);
+}
+
 CL_TEST(config_errors)
 {
     int depth = 0;
@@ -248,8 +269,11 @@ CL_TEST(config_errors)
     cl_resnet_stem stem;
     CHECK_OK(cl_resnet_stem_parse("cifar", &stem));
     CHECK(stem == CL_STEM_CIFAR);
+    CHECK_OK(cl_resnet_stem_parse("cifar_pool", &stem));
+    CHECK(stem == CL_STEM_CIFAR_POOL);
+    CHECK(strcmp(cl_resnet_stem_name(stem), "cifar_pool") == 0);
     CHECK_ERR(cl_resnet_stem_parse("mnist", &stem), CL_ERR_ARG,
-              "imagenet, cifar");
+              "imagenet, cifar, cifar_pool");
 
     cl_graph g;
     cl_resnet_config c = cfg_make(50, 0, CL_STEM_IMAGENET);

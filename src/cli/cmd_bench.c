@@ -29,7 +29,8 @@ static void bench_usage(FILE *f)
 {
     fprintf(f,
             "usage: classic bench [--arch resnet50] [--batch 32] [--size 32]\n"
-            "                     [--stem imagenet|cifar] [--classes 10]\n"
+            "                     [--stem imagenet|cifar|cifar_pool] "
+            "[--classes 10]\n"
             "                     [--threads 2] [--steps 10] [--warmup 3]\n"
             "                     [--mode train|infer|both]\n"
             "                     [--backend onednn|ref]\n\n"

@@ -16,7 +16,8 @@ static void usage(void)
     printf("usage: classic info --checkpoint FILE [--layers]\n"
            "       classic info --arch resnet50 [--num_classes 1000] "
            "[--image_size 224]\n"
-           "                    [--stem imagenet|cifar] [--in_channels 3]\n\n"
+           "                    [--stem imagenet|cifar|cifar_pool] "
+           "[--in_channels 3]\n\n"
            "Prints the layer table (name, op, output shape, parameters), "
            "the parameter\ncount and forward FLOPs per image; for a "
            "checkpoint also its metadata.\n");
@@ -59,8 +60,8 @@ int cl_cmd_info(int argc, char **argv)
         for (int i = 1; i < argc; i++)
             if (strcmp(argv[i], "--config") == 0) {
                 char buf[1 << 16];
-                if (cl_ckpt_read_meta(ckpt, CL_META_CONFIG, buf,
-                                      sizeof buf) == CL_OK)
+                if (cl_ckpt_read_meta(ckpt, CL_META_CONFIG, buf, sizeof buf) ==
+                    CL_OK)
                     printf("%s", buf);
             }
         char v[64];

@@ -50,7 +50,7 @@ static const char *const v_dataset[] = {
     "fashion_mnist", "mnist", "cifar10", "cifar100", "imagefolder", NULL};
 static const char *const v_model[] = {"resnet18",  "resnet34",  "resnet50",
                                       "resnet101", "resnet152", NULL};
-static const char *const v_stem[] = {"imagenet", "cifar", NULL};
+static const char *const v_stem[] = {"imagenet", "cifar", "cifar_pool", NULL};
 static const char *const v_opt[] = {"momentum", "sgd", "adamw", NULL};
 static const char *const v_sched[] = {"cosine_decay", "multi_step", "constant",
                                       NULL};
@@ -207,7 +207,8 @@ static const key keys[] = {
      .def = "resnet50",
      .help = "architecture (torchvision ResNet v1.5)"},
     K_ENUM(stem, v_stem, "imagenet",
-           "imagenet: 7x7/2 conv + maxpool; cifar: 3x3/1 conv, no maxpool"),
+           "imagenet: 7x7/2 conv + maxpool; cifar: 3x3/1 conv, no maxpool; "
+           "cifar_pool: 3x3/1 conv + maxpool"),
     K_INT(in_channels, 1, 3, "3",
           "input channels (1: gray; gray images are repeated to 3 when 3)"),
     K_STR(pretrained, "",

@@ -60,15 +60,25 @@ cl_status cl_resnet_stem_parse(const char *name, cl_resnet_stem *stem)
         *stem = CL_STEM_IMAGENET;
     else if (name && strcmp(name, "cifar") == 0)
         *stem = CL_STEM_CIFAR;
+    else if (name && strcmp(name, "cifar_pool") == 0)
+        *stem = CL_STEM_CIFAR_POOL;
     else
-        return cl_error(CL_ERR_ARG, "stem '%s' is not one of imagenet, cifar",
+        return cl_error(CL_ERR_ARG,
+                        "stem '%s' is not one of imagenet, cifar, cifar_pool",
                         name ? name : "(null)");
     return CL_OK;
 }
 
 const char *cl_resnet_stem_name(cl_resnet_stem stem)
 {
-    return stem == CL_STEM_CIFAR ? "cifar" : "imagenet";
+    switch (stem) {
+    case CL_STEM_CIFAR:
+        return "cifar";
+    case CL_STEM_CIFAR_POOL:
+        return "cifar_pool";
+    default:
+        return "imagenet";
+    }
 }
 
 int cl_resnet_expansion(int depth)
@@ -83,8 +93,10 @@ cl_status cl_resnet_check_config(const cl_resnet_config *cfg)
         return cl_error(CL_ERR_ARG,
                         "resnet: depth %d is not one of 18, 34, 50, 101, 152",
                         cfg->depth);
-    if (cfg->stem != CL_STEM_IMAGENET && cfg->stem != CL_STEM_CIFAR)
-        return cl_error(CL_ERR_ARG, "resnet: stem %d is not imagenet or cifar",
+    if (cfg->stem != CL_STEM_IMAGENET && cfg->stem != CL_STEM_CIFAR &&
+        cfg->stem != CL_STEM_CIFAR_POOL)
+        return cl_error(CL_ERR_ARG,
+                        "resnet: stem %d is not imagenet, cifar or cifar_pool",
                         (int)cfg->stem);
     if (cfg->in_channels != 1 && cfg->in_channels != 3)
         return cl_error(CL_ERR_ARG,
@@ -174,6 +186,10 @@ static cl_status build_body(cl_graph *g, const cl_resnet_config *cfg,
         CL_TRY(
             conv_bn(g, "conv1", "bn1", x, cfg->in_channels, 64, 3, 1, 1, &x));
         CL_TRY(cl_graph_relu(g, "relu", x, &x));
+        if (cfg->stem == CL_STEM_CIFAR_POOL) {
+            cl_maxpool2d_attr mp = {3, 3, 2, 2, 1, 1};
+            CL_TRY(cl_graph_maxpool2d(g, "maxpool", x, &mp, &x));
+        }
     }
     int exp = ad->bottleneck ? 4 : 1, inplanes = 64;
     for (int s = 0; s < 4; s++) {
@@ -204,7 +220,9 @@ cl_status cl_resnet_build(cl_graph *g, const cl_resnet_config *cfg, int in_h,
     const arch_def *ad = arch_find(cfg->depth);
     /* Smaller inputs would shrink to nothing (or to a lone value whose
      * batch variance is undefined) before the last stage. */
-    int min = cfg->stem == CL_STEM_IMAGENET ? 32 : 8;
+    int min = cfg->stem == CL_STEM_IMAGENET     ? 32
+              : cfg->stem == CL_STEM_CIFAR_POOL ? 16
+                                                : 8;
     if (in_h < min || in_w < min)
         return cl_error(CL_ERR_SHAPE,
                         "%s: input %dx%d is too small for the %s stem "

@@ -160,10 +160,11 @@ cl_status cl_recipe_model(const cl_config *cfg, int in_channels,
     static const int depth[] = {18, 34, 50, 101, 152};
     cl_resnet_config r = cl_resnet_config_default();
     if (cfg->model < 0 || cfg->model > 4)
-        return cl_error(CL_ERR_CONFIG, "model index %d is unknown",
-                        cfg->model);
+        return cl_error(CL_ERR_CONFIG, "model index %d is unknown", cfg->model);
     r.depth = depth[cfg->model];
-    r.stem = cfg->stem == CL_CFG_STEM_CIFAR ? CL_STEM_CIFAR : CL_STEM_IMAGENET;
+    r.stem = cfg->stem == CL_CFG_STEM_CIFAR        ? CL_STEM_CIFAR
+             : cfg->stem == CL_CFG_STEM_CIFAR_POOL ? CL_STEM_CIFAR_POOL
+                                                   : CL_STEM_IMAGENET;
     r.in_channels = in_channels;
     r.num_classes = num_classes;
     r.zero_init_residual = cfg->zero_init_residual;
@@ -176,9 +177,8 @@ cl_status cl_recipe_optim(const cl_config *cfg, cl_optim_config *out)
 {
     cl_optim_config o = cl_optim_config_default();
     o.kind = cfg->opt == CL_CFG_OPT_ADAMW ? CL_OPT_ADAMW : CL_OPT_SGD;
-    o.momentum = cfg->opt == CL_CFG_OPT_SGD && cfg->momentum == 0
-                     ? 0.0
-                     : cfg->momentum;
+    o.momentum =
+        cfg->opt == CL_CFG_OPT_SGD && cfg->momentum == 0 ? 0.0 : cfg->momentum;
     o.nesterov = cfg->nesterov;
     o.weight_decay = cfg->weight_decay;
     o.filter_bias_and_bn = cfg->filter_bias_and_bn;
