@@ -85,6 +85,35 @@ int cl_test_run(const char *cmd)
     return WEXITSTATUS(st);
 }
 
+const char *cl_test_classic_bin(void)
+{
+    const char *b = getenv("CLASSIC_BIN");
+    return b && b[0] ? b : CL_BINARY_DIR "/classic";
+}
+
+char cl_test_out[CL_TEST_OUT_MAX];
+
+int cl_test_classic(const char *args)
+{
+    char cmd[8192];
+    const char *log = cl_test_path("classic.out");
+    if (snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=2 %s %s >%s 2>&1",
+                 cl_test_classic_bin(), args, log) >= (int)sizeof cmd) {
+        cl_test_fail(__FILE__, __LINE__, "command too long: classic %.200s...",
+                     args);
+        return -1;
+    }
+    int rc = cl_test_run(cmd);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(cl_test_out, 1, sizeof cl_test_out - 1, f) : 0;
+    cl_test_out[n] = '\0';
+    if (f)
+        fclose(f);
+    if (rc != 0)
+        fprintf(stderr, "classic %s -> %d:\n%s\n", args, rc, cl_test_out);
+    return rc;
+}
+
 static int run_one(int i)
 {
     failed_now = 0;

@@ -21,6 +21,18 @@ const char *cl_test_path(const char *name);
 /* Runs a shell command, returning its exit status (-1 if it died). */
 int cl_test_run(const char *cmd);
 
+/* The classic binary under test: $CLASSIC_BIN (set by ctest) or the one in
+ * the build tree. */
+const char *cl_test_classic_bin(void);
+/* Runs `classic <args>` (OMP_NUM_THREADS=2, stdout and stderr together in
+ * cl_test_out) and returns its exit status, -1 if it died; a non-zero
+ * status prints the command and its output to stderr. */
+int cl_test_classic(const char *args);
+/* The output of the last cl_test_classic, NUL-terminated (truncated to the
+ * buffer). */
+enum { CL_TEST_OUT_MAX = 1 << 16 };
+extern char cl_test_out[CL_TEST_OUT_MAX];
+
 #define CL_TEST(name)                                                          \
     static void cl_test_##name(void);                                          \
     __attribute__((constructor)) static void cl_test_reg_##name(void)          \
@@ -70,17 +82,17 @@ int cl_test_run(const char *cmd);
             cl_test_fail(__FILE__, __LINE__, "%s returned %s, expected %s",    \
                          #expr, cl_status_name(cl__s), cl_status_name(st));    \
         else if (!strstr(cl_last_error(), (substr)))                           \
-            cl_test_fail(__FILE__, __LINE__,                                   \
-                         "%s: message '%s' lacks '%s'", #expr,                 \
-                         cl_last_error(), (substr));                           \
+            cl_test_fail(__FILE__, __LINE__, "%s: message '%s' lacks '%s'",    \
+                         #expr, cl_last_error(), (substr));                    \
     } while (0)
 
 #define CHECK_NEAR(a, b, tol)                                                  \
     do {                                                                       \
         double cl__a = (double)(a), cl__b = (double)(b);                       \
         if (!(fabs(cl__a - cl__b) <= (tol)))                                   \
-            cl_test_fail(__FILE__, __LINE__, "%s = %.9g vs %s = %.9g (tol %g)", \
-                         #a, cl__a, #b, cl__b, (double)(tol));                 \
+            cl_test_fail(__FILE__, __LINE__,                                   \
+                         "%s = %.9g vs %s = %.9g (tol %g)", #a, cl__a, #b,     \
+                         cl__b, (double)(tol));                                \
     } while (0)
 
 #endif

@@ -21,30 +21,6 @@
 
 #define CHROMIUM "/usr/bin/chromium"
 
-static const char *bin(void)
-{
-    const char *b = getenv("CLASSIC_BIN");
-    return b ? b : CL_BINARY_DIR "/classic";
-}
-
-static char out_buf[1 << 16];
-
-/* Runs `classic <args>`, stdout+stderr captured in out_buf. */
-static int classic(const char *args)
-{
-    char cmd[4096];
-    const char *log = cl_test_path("classic.out");
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=2 %s %s >%s 2>&1", bin(), args,
-             log);
-    int rc = cl_test_run(cmd);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(out_buf, 1, sizeof out_buf - 1, f) : 0;
-    out_buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return rc;
-}
-
 /* The whole file as a NUL-terminated string (free it), or NULL. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -418,7 +394,7 @@ CL_TEST(partial_last_line_is_ignored)
     char args[1600];
     snprintf(args, sizeof args, "report %s --out %s", dir,
              cl_test_path("partial.html"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     char *html = slurp(cl_test_path("partial.html"), NULL);
     REQUIRE(html != NULL);
     CHECK(path_points(html, "loss-raw") == 3);
@@ -472,7 +448,7 @@ CL_TEST(resumed_run_keeps_last_occurrence)
     spit(path, cl_strbuf_str(&b));
     cl_strbuf_free(&b);
     snprintf(args, sizeof args, "report %s", dir);
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     snprintf(path, sizeof path, "%s/report.html", dir);
     char *html = slurp(path, NULL);
     REQUIRE(html != NULL);
@@ -495,7 +471,7 @@ CL_TEST(mpi_run_shows_comm_wait)
                "\"loss_avg\":1.9,\"lr\":0.1,\"img_s\":55,\"step_ms\":90,"
                "\"data_wait\":null,\"comm_wait\":0.15}\n");
     snprintf(args, sizeof args, "report %s --no-eval", dir);
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     snprintf(path, sizeof path, "%s/report.html", dir);
     char *html = slurp(path, NULL);
     REQUIRE(html != NULL);
@@ -510,25 +486,25 @@ CL_TEST(errors_name_the_run_directory)
 {
     char args[1600];
     snprintf(args, sizeof args, "report %s", cl_test_path("nowhere"));
-    CHECK(classic(args) == 1);
-    CHECK(strstr(out_buf, "nowhere: no such run directory") != NULL);
+    CHECK(cl_test_classic(args) == 1);
+    CHECK(strstr(cl_test_out, "nowhere: no such run directory") != NULL);
     const char *empty = cl_test_path("empty");
     mkdir(empty, 0777);
     snprintf(args, sizeof args, "report %s", empty);
-    CHECK(classic(args) == 1);
-    CHECK(strstr(out_buf, "no metrics.jsonl in this directory") != NULL);
+    CHECK(cl_test_classic(args) == 1);
+    CHECK(strstr(cl_test_out, "no metrics.jsonl in this directory") != NULL);
     spit(cl_test_path("file"), "x");
     snprintf(args, sizeof args, "report %s", cl_test_path("file"));
-    CHECK(classic(args) == 1);
-    CHECK(strstr(out_buf, "not a directory") != NULL);
+    CHECK(cl_test_classic(args) == 1);
+    CHECK(strstr(cl_test_out, "not a directory") != NULL);
     snprintf(args, sizeof args, "report --compare %s", empty);
-    CHECK(classic(args) == 2);
-    CHECK(strstr(out_buf, "--compare needs two run directories") != NULL);
-    CHECK(classic("report") == 2);
-    CHECK(classic("report a --limit 0") == 2);
-    CHECK(strstr(out_buf, "--limit must be an integer") != NULL);
-    CHECK(classic("report a --frob") == 2);
-    CHECK(strstr(out_buf, "unknown option '--frob'") != NULL);
+    CHECK(cl_test_classic(args) == 2);
+    CHECK(strstr(cl_test_out, "--compare needs two run directories") != NULL);
+    CHECK(cl_test_classic("report") == 2);
+    CHECK(cl_test_classic("report a --limit 0") == 2);
+    CHECK(strstr(cl_test_out, "--limit must be an integer") != NULL);
+    CHECK(cl_test_classic("report a --frob") == 2);
+    CHECK(strstr(cl_test_out, "unknown option '--frob'") != NULL);
     /* The library call gives the same sentence. */
     CHECK_ERR(cl_report_write(cl_test_path("nowhere"), NULL, NULL), CL_ERR_IO,
               "no such run directory");
@@ -540,7 +516,7 @@ CL_TEST(errors_name_the_run_directory)
     snprintf(ck, sizeof ck, "%s/resnet18-best.safetensors", junk);
     spit(ck, "\x10\0\0\0\0\0\0\0{\"a\":");
     snprintf(args, sizeof args, "report %s", junk);
-    CHECK(classic(args) == 0);
+    CHECK(cl_test_classic(args) == 0);
     snprintf(ck, sizeof ck, "%s/report.html", junk);
     char *html = slurp(ck, NULL);
     REQUIRE(html != NULL);
@@ -551,7 +527,7 @@ CL_TEST(errors_name_the_run_directory)
     write_run(cl_test_path("okrun"), 1, "0.1");
     snprintf(args, sizeof args, "report %s --no-eval --out %s/no/such/x.html",
              cl_test_path("okrun"), cl_test_tmpdir());
-    CHECK(classic(args) == 1);
+    CHECK(cl_test_classic(args) == 1);
 }
 
 /* ---- the full page in a browser ------------------------------------------ */
@@ -586,8 +562,8 @@ CL_TEST(browser_full_report)
     const char *html = cl_test_path("full/report.html");
     char args[1600];
     snprintf(args, sizeof args, "report %s --limit 200 --batch 50", dir);
-    REQUIRE(classic(args) == 0);
-    CHECK(strstr(out_buf, "report written to") != NULL);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "report written to") != NULL);
 
     char *dom = browser_dom(html);
     REQUIRE(dom != NULL);
@@ -653,7 +629,7 @@ CL_TEST(browser_compare)
     const char *html = cl_test_path("cmp.html");
     char args[1600];
     snprintf(args, sizeof args, "report --compare %s %s --out %s", a, b, html);
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     char *dom = browser_dom(html);
     REQUIRE(dom != NULL);
     static const char *const ids[] = {"cmp-loss-a", "cmp-loss-b", "cmp-lr-a",
@@ -696,9 +672,9 @@ CL_TEST(end_to_end_report_matches_trainer_eval)
              "--per_print_times 1 --num_parallel_workers 2 --ckpt_save_dir "
              "%s",
              dir);
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     snprintf(args, sizeof args, "report %s", dir);
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     char path[700];
     snprintf(path, sizeof path, "%s/report.html", dir);
     char *html = slurp(path, NULL);

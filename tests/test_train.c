@@ -14,36 +14,10 @@
 #include "io/safetensors.h"
 #include "models/resnet.h"
 
-static const char *bin(void)
-{
-    const char *b = getenv("CLASSIC_BIN");
-    return b ? b : CL_BINARY_DIR "/classic";
-}
-
-static char out_buf[1 << 16];
-
-/* Runs `classic <args>` with stdout+stderr captured in out_buf. */
-static int classic(const char *args)
-{
-    char cmd[4096];
-    const char *log = cl_test_path("classic.out");
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=2 %s %s >%s 2>&1", bin(), args,
-             log);
-    int rc = cl_test_run(cmd);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(out_buf, 1, sizeof out_buf - 1, f) : 0;
-    out_buf[n] = '\0';
-    if (f)
-        fclose(f);
-    if (rc != 0)
-        fprintf(stderr, "classic %s -> %d:\n%s\n", args, rc, out_buf);
-    return rc;
-}
-
 /* A small, fast configuration: resnet18 with the ImageNet stem at 32x32
  * (the 28x28 images resized), gray input, no augmentation. */
 #define QUICK                                                                  \
-    "--model resnet18 --stem imagenet --image_size 32 --in_channels 1 "       \
+    "--model resnet18 --stem imagenet --image_size 32 --in_channels 1 "        \
     "--random_crop_padding 0 --hflip 0 --label_smoothing 0 "                   \
     "--num_parallel_workers 2 --mean 0.286 --std 0.353 --seed 7 "
 
@@ -84,7 +58,7 @@ CL_TEST(overfit_smoke)
              "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 4 "
              "--ckpt_save_dir %s",
              cl_test_path("overfit"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     double loss[64];
     int64_t step[64];
     int n = read_losses(cl_test_path("overfit/metrics.jsonl"), loss, step, 64);
@@ -99,8 +73,8 @@ CL_TEST(overfit_smoke)
     snprintf(args, sizeof args,
              "eval --checkpoint %s --split train --limit_val 128 --batch 32",
              cl_test_path("overfit/resnet18-last.safetensors"));
-    REQUIRE(classic(args) == 0);
-    const char *t = strstr(out_buf, "top-1 ");
+    REQUIRE(cl_test_classic(args) == 0);
+    const char *t = strstr(cl_test_out, "top-1 ");
     REQUIRE(t != NULL);
     CHECK(atof(t + 6) >= 95.0);
 }
@@ -116,8 +90,8 @@ CL_TEST(fashion_mnist_subset_accuracy)
              "--val_interval 3 --ckpt_save_epochs 0 --per_print_times 16 "
              "--ckpt_save_dir %s",
              cl_test_path("subset"));
-    REQUIRE(classic(args) == 0);
-    const char *t = strstr(out_buf, "validation: top-1 ");
+    REQUIRE(cl_test_classic(args) == 0);
+    const char *t = strstr(cl_test_out, "validation: top-1 ");
     REQUIRE(t != NULL);
     double top1 = atof(t + strlen("validation: top-1 "));
     fprintf(stderr, "fashion-mnist subset top-1: %.2f%%\n", top1);
@@ -125,8 +99,8 @@ CL_TEST(fashion_mnist_subset_accuracy)
     /* classic eval on the written checkpoint gives the same number. */
     snprintf(args, sizeof args, "eval --checkpoint %s --limit_val 1000",
              cl_test_path("subset/resnet18-last.safetensors"));
-    REQUIRE(classic(args) == 0);
-    t = strstr(out_buf, "top-1 ");
+    REQUIRE(cl_test_classic(args) == 0);
+    t = strstr(cl_test_out, "top-1 ");
     REQUIRE(t != NULL);
     CHECK_NEAR(atof(t + 6), top1, 0.011);
 }
@@ -145,12 +119,12 @@ CL_TEST(resume_gives_the_same_losses)
         "--ckpt_save_interval 3 --keep_checkpoint_max 0";
     snprintf(args, sizeof args, "%s --ckpt_save_dir %s", common,
              cl_test_path("full"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     snprintf(args, sizeof args, "%s --ckpt_save_dir %s --resume %s", common,
              cl_test_path("resumed"),
              cl_test_path("full/resnet18-e1-s3.safetensors"));
-    REQUIRE(classic(args) == 0);
-    CHECK(strstr(out_buf, "resumed from") != NULL);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "resumed from") != NULL);
     double la[16], lb[16];
     int64_t sa[16], sb[16];
     int na = read_losses(cl_test_path("full/metrics.jsonl"), la, sa, 16);
@@ -181,10 +155,11 @@ static void write_idx(const char *dir, const char *split, int n, int k)
     snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, split);
     FILE *fl = fopen(path, "wb");
     REQUIRE(fi && fl);
-    unsigned char hi[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8),
-                            (unsigned char)n, 0, 0, 0, 28, 0, 0, 0, 28};
-    unsigned char hl[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8),
-                           (unsigned char)n};
+    unsigned char hi[16] = {
+        0, 0,  8, 3, 0, 0, (unsigned char)(n >> 8), (unsigned char)n, 0, 0,
+        0, 28, 0, 0, 0, 28};
+    unsigned char hl[8] = {
+        0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8), (unsigned char)n};
     fwrite(hi, 1, 16, fi);
     fwrite(hl, 1, 8, fl);
     cl_image img;
@@ -209,7 +184,7 @@ CL_TEST(finetune_with_a_new_head)
              "train " QUICK "--limit_train 64 --batch_size 32 --epoch_size 1 "
              "--val_interval 0 --ckpt_save_epochs 0 --ckpt_save_dir %s",
              cl_test_path("base"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     const char *dir = cl_test_path("three");
     char mk[700];
     snprintf(mk, sizeof mk, "mkdir -p %s", dir);
@@ -222,11 +197,11 @@ CL_TEST(finetune_with_a_new_head)
              "--pretrained %s --backbone_lr_mult 0.1 --ckpt_save_dir %s",
              dir, cl_test_path("base/resnet18-last.safetensors"),
              cl_test_path("ft"));
-    REQUIRE(classic(args) == 0);
-    CHECK(strstr(out_buf, "head is re-initialised for 3 classes") != NULL);
-    CHECK(strstr(out_buf, "fc.weight (10, 512) in the file, (3, 512) in "
-                          "the model") != NULL);
-    CHECK(strstr(out_buf, "training starts at step 0") != NULL);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "head is re-initialised for 3 classes") != NULL);
+    CHECK(strstr(cl_test_out, "fc.weight (10, 512) in the file, (3, 512) in "
+                              "the model") != NULL);
+    CHECK(strstr(cl_test_out, "training starts at step 0") != NULL);
     /* The fine-tuned model is a 3-class model whose backbone came from
      * the base: conv1 moved only a little (lr x 0.1), fc is new. */
     cl_st_file *a = NULL, *b = NULL;
@@ -259,7 +234,7 @@ CL_TEST(predict_and_info)
              "train " QUICK "--limit_train 64 --batch_size 32 --epoch_size 1 "
              "--val_interval 0 --ckpt_save_epochs 0 --ckpt_save_dir %s",
              cl_test_path("p"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     /* A test image written as PNG, as a user would have it. */
     cl_dataset_spec spec = cl_dataset_spec_default();
     cl_dataset *ds = NULL;
@@ -276,15 +251,16 @@ CL_TEST(predict_and_info)
     const char *ck = cl_test_path("p/resnet18-last.safetensors");
     snprintf(args, sizeof args, "predict --checkpoint %s --top 3 %s", ck,
              cl_test_path("shoe.png"));
-    REQUIRE(classic(args) == 0);
-    CHECK(strstr(out_buf, " 1. ") && strstr(out_buf, " 3. ") &&
-          !strstr(out_buf, " 4. "));
-    CHECK(strstr(out_buf, "%") != NULL);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, " 1. ") && strstr(cl_test_out, " 3. ") &&
+          !strstr(cl_test_out, " 4. "));
+    CHECK(strstr(cl_test_out, "%") != NULL);
     snprintf(args, sizeof args, "predict --checkpoint %s --json %s", ck,
              cl_test_path("shoe.png"));
-    REQUIRE(classic(args) == 0);
+    REQUIRE(cl_test_classic(args) == 0);
     cl_json_doc *doc = NULL;
-    REQUIRE_OK(cl_json_parse(&doc, out_buf, strlen(out_buf), NULL, "json"));
+    REQUIRE_OK(
+        cl_json_parse(&doc, cl_test_out, strlen(cl_test_out), NULL, "json"));
     const cl_json *r = cl_json_root(doc);
     REQUIRE(r->type == CL_JSON_ARR && r->count == 1);
     const cl_json *top = cl_json_get(r->child, "top");
@@ -301,32 +277,32 @@ CL_TEST(predict_and_info)
     fclose(f);
     snprintf(args, sizeof args, "predict --checkpoint %s %s", ck,
              cl_test_path("bad.png"));
-    CHECK(classic(args) != 0);
-    CHECK(strstr(out_buf, "bad.png") != NULL);
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "bad.png") != NULL);
     snprintf(args, sizeof args, "info --checkpoint %s", ck);
-    REQUIRE(classic(args) == 0);
-    CHECK(strstr(out_buf, "arch             resnet18") != NULL);
-    CHECK(strstr(out_buf, "layer4.1.conv2") != NULL);
-    CHECK(classic("info --arch resnet50 --num_classes 1000") == 0);
-    CHECK(strstr(out_buf, "parameters: 25557032") != NULL);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "arch             resnet18") != NULL);
+    CHECK(strstr(cl_test_out, "layer4.1.conv2") != NULL);
+    CHECK(cl_test_classic("info --arch resnet50 --num_classes 1000") == 0);
+    CHECK(strstr(cl_test_out, "parameters: 25557032") != NULL);
 }
 
 CL_TEST(config_errors_name_the_key)
 {
-    CHECK(classic("train --lrr 0.1") == 1);
-    CHECK(strstr(out_buf, "unknown key 'lrr'") != NULL);
-    CHECK(strstr(out_buf, "'lr'") != NULL);
-    CHECK(classic("train --batch_size abc") == 1);
-    CHECK(strstr(out_buf, "batch_size") != NULL);
-    CHECK(classic("train --config /nonexistent/recipe.yaml") == 1);
-    CHECK(strstr(out_buf, "/nonexistent/recipe.yaml") != NULL);
-    CHECK(classic("eval") == 2);
-    CHECK(strstr(out_buf, "--checkpoint") != NULL);
+    CHECK(cl_test_classic("train --lrr 0.1") == 1);
+    CHECK(strstr(cl_test_out, "unknown key 'lrr'") != NULL);
+    CHECK(strstr(cl_test_out, "'lr'") != NULL);
+    CHECK(cl_test_classic("train --batch_size abc") == 1);
+    CHECK(strstr(cl_test_out, "batch_size") != NULL);
+    CHECK(cl_test_classic("train --config /nonexistent/recipe.yaml") == 1);
+    CHECK(strstr(cl_test_out, "/nonexistent/recipe.yaml") != NULL);
+    CHECK(cl_test_classic("eval") == 2);
+    CHECK(strstr(cl_test_out, "--checkpoint") != NULL);
     char args[1024];
     snprintf(args, sizeof args, "eval --checkpoint %s",
              cl_test_path("missing.safetensors"));
-    CHECK(classic(args) == 1);
-    CHECK(strstr(out_buf, "missing.safetensors") != NULL);
+    CHECK(cl_test_classic(args) == 1);
+    CHECK(strstr(cl_test_out, "missing.safetensors") != NULL);
 }
 
 CL_TEST(nan_loss_stops_with_advice)
@@ -343,18 +319,18 @@ CL_TEST(nan_loss_stops_with_advice)
     REQUIRE_OK(cl_resnet_build(&g, &rc, 32, 32, 0, 0));
     REQUIRE_OK(cl_resnet_init(&g, &rc, 3));
     cl_graph_param(&g, cl_graph_find(&g, "fc.bias"))[3] = NAN;
-    REQUIRE_OK(cl_ckpt_save_model(cl_test_path("nan.safetensors"), &g, NULL,
-                                  0));
+    REQUIRE_OK(
+        cl_ckpt_save_model(cl_test_path("nan.safetensors"), &g, NULL, 0));
     cl_graph_free(&g);
     char args[2048];
     snprintf(args, sizeof args,
              "train " QUICK "--limit_train 256 --batch_size 32 --epoch_size 1 "
              "--val_interval 0 --pretrained %s --ckpt_save_dir %s",
              cl_test_path("nan.safetensors"), cl_test_path("nan"));
-    CHECK(classic(args) == 1);
-    CHECK(strstr(out_buf, "step 1 (epoch 1): the loss is NaN") != NULL);
-    CHECK(strstr(out_buf, "training stopped") != NULL);
-    CHECK(strstr(out_buf, "Lower lr") != NULL);
+    CHECK(cl_test_classic(args) == 1);
+    CHECK(strstr(cl_test_out, "step 1 (epoch 1): the loss is NaN") != NULL);
+    CHECK(strstr(cl_test_out, "training stopped") != NULL);
+    CHECK(strstr(cl_test_out, "Lower lr") != NULL);
 }
 
 CL_TEST(checkpoint_round_trip_and_mismatch)

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "classic/classic.h"
+#include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -113,6 +114,56 @@ static inline void fz_check_error(cl_status s)
                 cl_status_name(s));
         abort();
     }
+}
+
+/* The set-up of the two-file dataset targets: input byte 0 holds flags,
+ * the rest is fz_split into file a, written to path_a, and file b, written
+ * to path_b (removed instead when b is empty, unless keep_empty_b).  A file
+ * is gzipped when the flags byte has a bit of its gz mask.  Returns the
+ * flags byte, or -1 for an empty input (nothing written). */
+static inline int fz_write_pair(const uint8_t *data, size_t size,
+                                const char *path_a, int gz_a,
+                                const char *path_b, int gz_b, int keep_empty_b)
+{
+    if (size < 1)
+        return -1;
+    int flags = data[0];
+    const uint8_t *a, *b;
+    size_t na, nb;
+    fz_split(data + 1, size - 1, &a, &na, &b, &nb);
+    fz_write(path_a, a, na, flags & gz_a);
+    if (nb || keep_empty_b)
+        fz_write(path_b, b, nb, flags & gz_b);
+    else
+        unlink(path_b);
+    return flags;
+}
+
+/* Opens spec's dataset and walks what it accepted: every class name and
+ * the first max_samples samples, whose labels must lie inside the classes
+ * the dataset reports (one outside them aborts, as a crash would). */
+static inline void fz_walk_dataset(const cl_dataset_spec *spec,
+                                   int64_t max_samples)
+{
+    cl_dataset *ds = NULL;
+    cl_status s = cl_dataset_open(&ds, spec);
+    fz_check_error(s);
+    if (s != CL_OK)
+        return;
+    int64_t n = cl_dataset_count(ds);
+    int k = cl_dataset_num_classes(ds);
+    for (int c = 0; c < k; c++)
+        (void)cl_dataset_class_name(ds, c);
+    cl_image im = {0};
+    for (int64_t i = 0; i < n && i < max_samples; i++) {
+        int32_t lab = -1;
+        s = cl_dataset_get(ds, i, 0, &im, &lab);
+        fz_check_error(s);
+        if (s == CL_OK && (lab < 0 || lab >= k))
+            abort();
+    }
+    cl_image_free(&im);
+    cl_dataset_close(ds);
 }
 
 #endif
