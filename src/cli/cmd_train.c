@@ -43,6 +43,12 @@ int cl_cmd_train(int argc, char **argv)
     if (s != CL_OK) {
         fprintf(stderr, "classic: train (rank %d): %s\n", d.rank,
                 cl_last_error());
+        /* Every rank stopped after the same step: no abort needed; the
+         * status is the shell's for death by that signal (130 SIGINT). */
+        if (s == CL_ERR_INTERRUPTED) {
+            cl_dist_finalize(&d);
+            return 128 + res.stop_signal;
+        }
         /* A failing rank must not leave the others waiting in a
          * collective: end the whole job. */
         if (d.size > 1)

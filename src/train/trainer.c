@@ -4,6 +4,7 @@
  * around it the monitors, metrics log, checkpoints and evaluation. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +421,82 @@ static cl_status broadcast_optim(run *r)
     return cl_dist_allreduce_sum_i64(r->d, &o->n_steps, 1);
 }
 
+/* ---- SIGINT / SIGTERM ------------------------------------------------- */
+
+/* The first SIGINT or SIGTERM asks the loop to stop after the current step
+ * with a checkpoint; a second one ends the process at once.  A handler can
+ * only reach the loop through a static flag, and may write nothing but a
+ * volatile sig_atomic_t. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    static const char msg[] =
+        "\nclassic: interrupted: finishing this step and saving a "
+        "checkpoint (send the signal again to stop at once)\n";
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+typedef struct stop_handlers {
+    struct sigaction old_int, old_term;
+} stop_handlers;
+
+static void stop_handlers_install(stop_handlers *h)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* the loader's reads must not see EINTR */
+    stop_signal = 0;
+    sigaction(SIGINT, &sa, &h->old_int);
+    sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void stop_handlers_restore(const stop_handlers *h)
+{
+    sigaction(SIGINT, &h->old_int, NULL);
+    sigaction(SIGTERM, &h->old_term, NULL);
+}
+
+/* The signal that asked to stop, 0 if none; every rank agrees (a signal
+ * may reach only some of them), so all stop after the same step. */
+static int stop_requested(run *r)
+{
+    int64_t v = stop_signal;
+    if (r->d && cl_dist_allreduce_sum_i64(r->d, &v, 1) != CL_OK)
+        return 0;
+    return v == 0 ? 0 : stop_signal ? (int)stop_signal : SIGTERM;
+}
+
+/* After step: the step checkpoint (unless the interval just wrote it) and
+ * the CL_ERR_INTERRUPTED message saying how to go on. */
+static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
+                          int64_t step, const char *last_good)
+{
+    char path[640];
+    snprintf(path, sizeof path, "%s/resnet%d-e%lld-s%lld.safetensors",
+             r->cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1,
+             (long long)step);
+    if (r->root && strcmp(path, last_good) != 0) {
+        CL_TRY(save_checkpoint(r, path, epoch, next_batch, step));
+        CL_TRY(rotate(r, path));
+    }
+    return cl_error(CL_ERR_INTERRUPTED,
+                    "interrupted by %s after step %lld: checkpoint %s "
+                    "written; to continue, run the same command with "
+                    "--resume %s",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step, path,
+                    path);
+}
+
 /* ---- monitors -------------------------------------------------------- */
 
 static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
@@ -582,6 +659,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
 {
     run r;
     cl_status s;
+    stop_handlers sh;
     memset(&r, 0, sizeof r);
     memset(res, 0, sizeof *res);
     res->val_top1 = res->val_top5 = res->val_loss = res->best_top1 = NAN;
@@ -590,6 +668,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     r.lg = lg;
     r.root = !d || d->rank == 0;
     cl_strbuf_init(&r.line);
+    stop_handlers_install(&sh);
 
     if ((s = open_data(&r)) != CL_OK || (s = build_model(&r)) != CL_OK ||
         (s = make_optimizer(&r)) != CL_OK ||
@@ -796,6 +875,12 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                     goto fail;
                 snprintf(last_good, sizeof last_good, "%s", path);
             }
+            int sig = stop_requested(&r);
+            if (sig) {
+                res->stop_signal = sig;
+                s = stop_now(&r, sig, epoch, bi + 1, step, last_good);
+                goto fail;
+            }
         }
         if (tty)
             printf("\n");
@@ -849,5 +934,6 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     s = CL_OK;
 fail:
     run_free(&r);
+    stop_handlers_restore(&sh);
     return s;
 }

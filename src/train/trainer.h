@@ -21,12 +21,17 @@ typedef struct cl_train_result {
     double data_wait_share; /* fraction of the loop spent waiting on data */
     char last_ckpt[640];  /* model file written last ("" if none) */
     char best_ckpt[640];
+    int stop_signal; /* SIGINT/SIGTERM that stopped the run, else 0 */
 } cl_train_result;
 
 /* Trains as cfg says.  d may be NULL (single process).  Only rank 0
  * writes files and logs (lg is used as given; pass a quiet logger on other
  * ranks).  CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
- * the step and the last good checkpoint). */
+ * the step and the last good checkpoint).  While it runs, SIGINT and
+ * SIGTERM are caught: the first stops the run after the current step with
+ * a step checkpoint and CL_ERR_INTERRUPTED (the message names the file to
+ * --resume; res->stop_signal says which signal), a second ends the process
+ * at once; the previous handlers are restored on return. */
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                        cl_train_result *res);
 
