@@ -605,6 +605,156 @@ CL_TEST(resnet50_step)
     run_parity_how(build_r50, 3, 3e-4, 5e-2, 1);
 }
 
+/* ---- SyncBatchNorm through the allreduce_sum hook ------------------------
+ */
+
+/* A one-rank allreduce (the sums stay as they are) that counts its calls
+ * and the doubles it was given, and fails at call fail_at (0: never). */
+typedef struct sum_hook {
+    int calls;
+    long doubles;
+    int fail_at;
+} sum_hook;
+
+static cl_status hook_sum_one_rank(void *ctx, double *v, int n)
+{
+    sum_hook *h = ctx;
+    (void)v;
+    h->calls++;
+    h->doubles += n;
+    if (h->fail_at && h->calls == h->fail_at)
+        return cl_error(CL_ERR_DIST, "test allreduce failed");
+    return CL_OK;
+}
+
+/* One rank with SyncBN must compute plain BN: onednn's split kernels
+ * against the reference's SyncBN (same tolerances as the plain parity
+ * test), against onednn's own fused single-process kernels (the same
+ * passes, only the variance formed from global sums in double: measured
+ * 8e-7 logits, 5e-6 gradients), with the hook called the same way by both
+ * backends: once per BN in forward with 2C+1 doubles, once in backward
+ * with 2C; an evaluation forward calls it not at all. */
+CL_TEST(sync_bn_one_rank_equals_plain_bn)
+{
+    pair p;
+    cl_graph g;
+    cl_backend *plain = NULL;
+    memset(&g, 0, sizeof g);
+    cl_status s = pair_make(&p, build_r18, 3, CL_PLAN_TRAIN, 13);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        pair_free(&p);
+        return;
+    }
+    REQUIRE_OK(cl_graph_init(&g, 3));
+    REQUIRE_OK(build_r18(&g, 3));
+    memcpy(g.params, p.g[0].params, g.n_param_floats * sizeof(float));
+    memcpy(g.buffers, p.g[0].buffers, g.n_buffer_floats * sizeof(float));
+    cl_backend_opts o = {0, 0};
+    REQUIRE_OK(cl_backend_create(&plain, "onednn", &g, CL_PLAN_TRAIN, &o));
+    sum_hook h[2];
+    memset(h, 0, sizeof h);
+    for (int k = 0; k < 2; k++) {
+        p.be[k]->hooks.ctx = &h[k];
+        p.be[k]->hooks.allreduce_sum = hook_sum_one_rank;
+    }
+    int n_bn = 0;
+    long fwd_doubles = 0;
+    for (int i = 0; i < g.n_nodes; i++)
+        if (g.nodes[i].op == CL_OP_BATCHNORM2D) {
+            n_bn++;
+            fwd_doubles += 2 * g.nodes[i].attr.batchnorm2d.channels + 1;
+        }
+    float loss[2], lp;
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+        CHECK(h[k].calls == n_bn && h[k].doubles == fwd_doubles);
+    }
+    CHECK_OK(cl_backend_set_input(plain, p.x, p.labels, NULL));
+    CHECK_OK(cl_backend_forward(plain, 1, &lp));
+    CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]));
+    CHECK_NEAR(loss[1], lp, 1e-5 * fabs(lp));
+    check_tensor(&p, p.g[0].logits, 1e-4, "logits");
+    size_t nl = (size_t)cl_graph_numel(&g, g.logits);
+    float *a = cl_alloc(nl * sizeof(float), "a");
+    float *b = cl_alloc(nl * sizeof(float), "b");
+    REQUIRE(a && b);
+    CHECK_OK(cl_backend_read(p.be[1], g.logits, a));
+    CHECK_OK(cl_backend_read(plain, g.logits, b));
+    CHECK_REL(a, b, nl, 1e-5, "logits, SyncBN vs fused");
+    double e_logits = rel_err(a, b, nl), e_grads = 0;
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    CHECK_OK(cl_backend_backward(plain));
+    for (int k = 0; k < 2; k++)
+        CHECK(h[k].calls == 2 * n_bn && h[k].doubles == 2 * fwd_doubles - n_bn);
+    check_grads(&p, 2e-3);
+    check_buffers(&p, 1e-4);
+    for (int t = 0; t < g.n_tensors; t++) {
+        const cl_gtensor *x = &g.tensors[t];
+        char what[96];
+        snprintf(what, sizeof what, "%s, SyncBN vs fused", x->name);
+        if (x->kind == CL_GT_PARAM) {
+            size_t n = (size_t)cl_graph_numel(&g, t);
+            double e =
+                rel_err(cl_graph_grad(&p.g[1], t), cl_graph_grad(&g, t), n);
+            e_grads = e > e_grads ? e : e_grads;
+            CHECK_REL(cl_graph_grad(&p.g[1], t), cl_graph_grad(&g, t), n, 1e-4,
+                      what);
+        } else if (x->kind == CL_GT_BUFFER)
+            CHECK_REL(cl_graph_buffer(&p.g[1], t), cl_graph_buffer(&g, t),
+                      (size_t)cl_graph_numel(&g, t), 1e-5, what);
+    }
+    fprintf(stderr, "SyncBN vs fused: logits %.3g, worst gradient %.3g\n",
+            e_logits, e_grads);
+    /* Evaluation uses the running statistics: no collective. */
+    int before = h[1].calls;
+    CHECK_OK(cl_backend_forward(p.be[1], 0, NULL));
+    CHECK(h[1].calls == before);
+    cl_free(a);
+    cl_free(b);
+    cl_backend_destroy(plain);
+    cl_graph_free(&g);
+    pair_free(&p);
+}
+
+/* A failing allreduce stops the step with the node named; a BN that runs
+ * as a oneDNN primitive (here on the plain 3-channel input) cannot take
+ * global sums and is refused with a pointer to the ref backend. */
+CL_TEST(sync_bn_errors)
+{
+    pair p;
+    sum_hook h = {0, 0, 2};
+    REQUIRE_OK(pair_make(&p, build_bn_relu, 3, CL_PLAN_TRAIN, 3));
+    cl_backend *be = p.be[1];
+    be->hooks.ctx = &h;
+    be->hooks.allreduce_sum = hook_sum_one_rank;
+    CHECK_OK(cl_backend_set_input(be, p.x, p.labels, NULL));
+    CHECK_OK(cl_backend_forward(be, 1, NULL));
+    CHECK_ERR(cl_backend_backward(be), CL_ERR_DIST, "bn1: SyncBatchNorm");
+    h.fail_at = 3;
+    CHECK_ERR(cl_backend_forward(be, 1, NULL), CL_ERR_DIST,
+              "bn1: SyncBatchNorm");
+    pair_free(&p);
+
+    h.calls = 0;
+    h.fail_at = 0;
+    REQUIRE_OK(pair_make(&p, build_bn_input, 3, CL_PLAN_TRAIN, 3));
+    be = p.be[1];
+    CHECK_OK(cl_backend_set_input(be, p.x, p.labels, NULL));
+    CHECK_OK(cl_backend_forward(be, 1, NULL));
+    be->hooks.ctx = &h;
+    be->hooks.allreduce_sum = hook_sum_one_rank;
+    CHECK_ERR(cl_backend_forward(be, 1, NULL), CL_ERR_UNSUPPORTED,
+              "bn0: SyncBatchNorm on onednn");
+    CHECK_ERR(cl_backend_backward(be), CL_ERR_UNSUPPORTED, "--backend ref");
+    CHECK(h.calls == 0);
+    /* Evaluation needs no global statistics. */
+    CHECK_OK(cl_backend_forward(be, 0, NULL));
+    pair_free(&p);
+}
+
 CL_TEST(bad_input)
 {
     cl_graph g;

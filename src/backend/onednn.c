@@ -104,6 +104,8 @@ typedef struct dn_node {
     float *bias;       /* inference: folded bias (out_ch) */
     int mean, var, ws; /* stores */
     int own_bn;        /* BN runs as onednn_bn.c loops, not a primitive */
+    double count;      /* BN: samples of the last training forward's
+                          statistics (all ranks' with SyncBatchNorm) */
 } dn_node;
 
 typedef struct dn_ctx {
@@ -136,6 +138,12 @@ typedef struct dn_ctx {
     int trained;  /* the last forward was a training one */
     int n_time;   /* last time stamp + 1 */
     int in_plain; /* input md is plain: set_input copies */
+    /* SyncBatchNorm: 2 C + 1 doubles of per-channel sums for the hook, and
+     * the first BN node run as a oneDNN primitive (which cannot take
+     * global sums), or -1. */
+    double *sync_sums;
+    int max_bn_channels;
+    int prim_bn;
 } dn_ctx;
 
 /* ---- errors and small helpers ------------------------------------------- */
@@ -868,6 +876,8 @@ static cl_status plan_bn_fwd(dn_ctx *d, int i)
     if (own_bn_fits(&md)) {
         /* See onednn_bn.h for why these are not oneDNN primitives. */
         x->own_bn = 1;
+        if (a->channels > d->max_bn_channels)
+            d->max_bn_channels = a->channels;
         if (d->mode == CL_PLAN_TRAIN) {
             TRY(md_store(d, &cmd, &x->mean));
             TRY(md_store(d, &cmd, &x->var));
@@ -889,6 +899,8 @@ static cl_status plan_bn_fwd(dn_ctx *d, int i)
         return CL_OK;
     }
     if (d->mode == CL_PLAN_TRAIN) {
+        if (d->prim_bn < 0)
+            d->prim_bn = i;
         DN(dnnl_batch_normalization_forward_desc_init(
                &bd, dnnl_forward_training, &md, a->eps, flags),
            i, "batch normalization forward descriptor");
@@ -1666,7 +1678,9 @@ static void bn_stats(dn_ctx *d, const dn_step *s)
     const float *var = arg_ptr(d, &s->args[1]);
     float *rm = cl_graph_buffer(g, n->buf[0]);
     float *rv = cl_graph_buffer(g, n->buf[1]);
-    double cnt = (double)xs->d[0] * (double)xs->d[2] * (double)xs->d[3];
+    double cnt = d->nd[s->node].own_bn
+                     ? d->nd[s->node].count
+                     : (double)xs->d[0] * (double)xs->d[2] * (double)xs->d[3];
     double unb = cnt > 1 ? cnt / (cnt - 1) : 1.0;
     const float mo = a->momentum;
     for (int c = 0; c < a->channels; c++) {
@@ -1740,8 +1754,71 @@ static void fold_bn(dn_ctx *d, const dn_step *s)
     }
 }
 
-/* The onednn_bn.c loops of a BN step. */
-static void own_bn(dn_ctx *d, const dn_step *s)
+/* SyncBatchNorm forward of an own-BN node: local sums, the hook adds them
+ * (and the sample count) over all ranks, then every rank normalises with
+ * the global mean and biased variance, which the mean / var stores keep
+ * for backward and the running-statistics step. */
+static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, float **p, int N,
+                                 int C, int64_t HW)
+{
+    const cl_backend_hooks *h = &d->be->hooks;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    double *v = d->sync_sums;
+    float *mean = p[2], *var = p[3];
+    cl_dnnl_bn_sums(v, v + C, p[0], N, C, HW);
+    v[2 * C] = (double)N * (double)HW;
+    cl_status st = h->allreduce_sum(h->ctx, v, 2 * C + 1);
+    if (st != CL_OK)
+        return cl_error_wrap(st, "%s: SyncBatchNorm: ", n->name);
+    const double M = v[2 * C];
+    for (int c = 0; c < C; c++) {
+        double mu = v[c] / M, var_c = v[C + c] / M - mu * mu;
+        mean[c] = (float)mu;
+        var[c] = var_c > 0.0 ? (float)var_c : 0.0f;
+    }
+    d->nd[s->node].count = M;
+    cl_dnnl_bn_forward_infer(p[1], p[0], cl_graph_param(g, n->param[0]),
+                             cl_graph_param(g, n->param[1]), mean, var, N, C,
+                             HW, a->eps, d->nd[s->node].relu);
+    return CL_OK;
+}
+
+/* SyncBatchNorm backward: dgamma and dbeta are this rank's sums (param
+ * gradients are averaged over ranks like any other); dx needs the global
+ * sums of dy and dy * xhat over the forward's global count. */
+static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, float **p, int N,
+                                 int C, int64_t HW)
+{
+    const cl_backend_hooks *h = &d->be->hooks;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    const float *gamma = cl_graph_param(g, n->param[0]);
+    const float *beta = cl_graph_param(g, n->param[1]);
+    float *dgamma = cl_graph_grad(g, n->param[0]);
+    float *dbeta = cl_graph_grad(g, n->param[1]);
+    int relu = d->nd[s->node].relu;
+    double *v = d->sync_sums;
+    cl_dnnl_bn_backward_sums(v, v + C, p[1], p[2], p[3], p[4], gamma, beta, N,
+                             C, HW, a->eps, relu);
+    for (int c = 0; c < C; c++) {
+        dbeta[c] = (float)v[c];
+        dgamma[c] = (float)v[C + c];
+    }
+    cl_status st = h->allreduce_sum(h->ctx, v, 2 * C);
+    if (st != CL_OK)
+        return cl_error_wrap(st, "%s: SyncBatchNorm backward: ", n->name);
+    cl_dnnl_bn_backward_dx(p[0], p[1], p[2], p[3], p[4], gamma, beta, v, v + C,
+                           d->nd[s->node].count, N, C, HW, a->eps, relu);
+    return CL_OK;
+}
+
+/* The onednn_bn.c loops of a BN step; with the allreduce_sum hook the
+ * training forward and the backward are split at their per-channel sums
+ * (SyncBatchNorm), else they run fused in one pass per block. */
+static cl_status own_bn(dn_ctx *d, const dn_step *s)
 {
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
@@ -1751,21 +1828,29 @@ static void own_bn(dn_ctx *d, const dn_step *s)
     const int64_t HW = xs->d[2] * xs->d[3];
     const float *gamma = cl_graph_param(g, n->param[0]);
     const float *beta = cl_graph_param(g, n->param[1]);
+    const int sync = d->be->hooks.allreduce_sum != NULL;
     int relu = d->nd[s->node].relu;
     float *p[5] = {NULL, NULL, NULL, NULL, NULL};
     for (int k = 0; k < s->nargs && k < 5; k++)
         p[k] = arg_ptr(d, &s->args[k]);
-    if (s->kind == STEP_BN_FWD)
+    if (s->kind == STEP_BN_FWD) {
+        if (sync)
+            return own_bn_sync_fwd(d, s, p, N, C, HW);
         cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, N, C, HW,
                                  a->eps, relu);
-    else if (s->kind == STEP_BN_INFER)
+        d->nd[s->node].count = (double)N * (double)HW;
+    } else if (s->kind == STEP_BN_INFER) {
         cl_dnnl_bn_forward_infer(
             p[1], p[0], gamma, beta, cl_graph_buffer(g, n->buf[0]),
             cl_graph_buffer(g, n->buf[1]), N, C, HW, a->eps, relu);
-    else
+    } else if (sync) {
+        return own_bn_sync_bwd(d, s, p, N, C, HW);
+    } else {
         cl_dnnl_bn_backward(p[0], cl_graph_grad(g, n->param[0]),
                             cl_graph_grad(g, n->param[1]), p[1], p[2], p[3],
                             p[4], gamma, beta, N, C, HW, a->eps, relu);
+    }
+    return CL_OK;
 }
 
 static cl_status run_list(dn_ctx *d, dn_list *l)
@@ -1797,7 +1882,7 @@ static cl_status run_list(dn_ctx *d, dn_list *l)
         case STEP_BN_FWD:
         case STEP_BN_INFER:
         case STEP_BN_BWD:
-            own_bn(d, s);
+            TRY(own_bn(d, s));
             break;
         }
     }
@@ -1907,6 +1992,7 @@ static void dn_destroy(cl_backend *be)
     cl_free(d->st);
     cl_free(d->arena);
     cl_free(d->scratch);
+    cl_free(d->sync_sums);
     cl_free(d->fold);
     cl_free(d->labels);
     cl_free(d->targets);
@@ -1957,11 +2043,7 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->be = be;
     d->g = g;
     d->mode = mode;
-    if (be->hooks.allreduce_sum) {
-        return cl_error(CL_ERR_UNSUPPORTED,
-                        "SyncBatchNorm (the allreduce_sum hook) is not "
-                        "implemented on onednn yet; use --backend ref");
-    }
+    d->prim_bn = -1;
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
     dn_ftz();
@@ -2094,7 +2176,10 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     TRY(cl_dnnl_arena_plan(d->st, d->n_st, 4096, &d->arena_bytes));
     d->arena = cl_alloc(d->arena_bytes, "onednn: activation arena");
     d->scratch = cl_alloc(d->scratch_bytes, "onednn: scratchpad");
-    if (!d->arena || !d->scratch) {
+    d->sync_sums =
+        cl_alloc_zero(sizeof(double) * (2 * (size_t)d->max_bn_channels + 1),
+                      "onednn: SyncBatchNorm sums");
+    if (!d->arena || !d->scratch || !d->sync_sums) {
         st = CL_ERR_NOMEM;
         goto fail;
     }
@@ -2147,13 +2232,25 @@ fail:
     return st;
 }
 
+/* SyncBatchNorm runs in the onednn_bn.c kernels only: a BN that oneDNN's
+ * primitive runs (a layout other than nChw16c with whole channel blocks)
+ * computes its statistics inside the primitive, out of the hook's reach. */
+static cl_status sync_bn_check(const dn_ctx *d)
+{
+    if (!d->be->hooks.allreduce_sum || d->prim_bn < 0)
+        return CL_OK;
+    return cl_error(CL_ERR_UNSUPPORTED,
+                    "%s: SyncBatchNorm on onednn needs the blocked nChw16c "
+                    "layout with channels a multiple of 16 (this BN runs as "
+                    "a oneDNN primitive); use --backend ref",
+                    d->g->nodes[d->prim_bn].name);
+}
+
 static cl_status dn_forward(cl_backend *be, int training, float *loss)
 {
     dn_ctx *d = be->priv;
-    if (be->hooks.allreduce_sum)
-        return cl_error(CL_ERR_UNSUPPORTED,
-                        "SyncBatchNorm (the allreduce_sum hook) is not "
-                        "implemented on onednn yet; use --backend ref");
+    if (training)
+        CL_TRY(sync_bn_check(d));
     if (training && d->mode != CL_PLAN_TRAIN)
         return cl_error(CL_ERR_ARG, "onednn forward: training needs a plan "
                                     "made for training, this one infers");
@@ -2185,6 +2282,7 @@ static cl_status dn_backward(cl_backend *be)
     if (!d->has_labels && !d->has_targets)
         return cl_error(CL_ERR_ARG,
                         "onednn backward: no labels or targets were set");
+    CL_TRY(sync_bn_check(d));
     dn_ftz();
     return run_list(d, &d->bwd);
 }

@@ -6,7 +6,10 @@
  * barriers between passes, and on a machine shared with other work a
  * descheduled thread stalls every barrier for a whole time slice (ResNet-50
  * BN backward ran 75x slower under load than alone).  Here each thread owns
- * whole channel blocks, so a call has no barrier but the loop's end. */
+ * whole channel blocks, so a call has no barrier but the loop's end.
+ * SyncBatchNorm splits forward and backward at their per-channel sums
+ * (which the caller adds up over ranks); one process calls the fused
+ * kernels and makes no extra pass. */
 #ifndef CL_BACKEND_ONEDNN_BN_H
 #define CL_BACKEND_ONEDNN_BN_H
 
@@ -17,7 +20,14 @@
 void cl_dnnl_bn_forward_train(float *y, float *mean, float *var, const float *x,
                               const float *gamma, const float *beta, int N,
                               int C, int64_t HW, float eps, int relu);
-/* Normalises with the given statistics (running ones for inference). */
+/* SyncBatchNorm forward, first part: this process's per-channel sum x and
+ * sum x^2 (C each), to be summed over all ranks; the sum of squares is
+ * accumulated around the local mean, so the cancellation of
+ * E[x^2] - mean^2 happens only once, in double, on the global sums. */
+void cl_dnnl_bn_sums(double *sum, double *sumsq, const float *x, int N, int C,
+                     int64_t HW);
+/* Normalises with the given statistics (running ones for inference, the
+ * global batch ones for SyncBatchNorm). */
 void cl_dnnl_bn_forward_infer(float *y, const float *x, const float *gamma,
                               const float *beta, const float *mean,
                               const float *var, int N, int C, int64_t HW,
@@ -29,5 +39,20 @@ void cl_dnnl_bn_backward(float *dx, float *dgamma, float *dbeta,
                          const float *var, const float *gamma,
                          const float *beta, int N, int C, int64_t HW, float eps,
                          int relu);
+/* SyncBatchNorm backward, first part: this process's per-channel sums of
+ * dy and of dy * xhat (dy masked by the fused ReLU), to be summed over all
+ * ranks; they are also this process's dbeta and dgamma. */
+void cl_dnnl_bn_backward_sums(double *sum_dy, double *sum_dy_xhat,
+                              const float *dy, const float *x,
+                              const float *mean, const float *var,
+                              const float *gamma, const float *beta, int N,
+                              int C, int64_t HW, float eps, int relu);
+/* Second part: dx from the global sums and the global sample count. */
+void cl_dnnl_bn_backward_dx(float *dx, const float *dy, const float *x,
+                            const float *mean, const float *var,
+                            const float *gamma, const float *beta,
+                            const double *sum_dy, const double *sum_dy_xhat,
+                            double count, int N, int C, int64_t HW, float eps,
+                            int relu);
 
 #endif
