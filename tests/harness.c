@@ -1,7 +1,10 @@
 /* Test runner: `test_x` runs every test of the file and prints
  * "N passed, N failed"; `test_x NAME` runs one (as ctest does);
  * `test_x --list` lists them. */
+#include <signal.h>
 #include <stdarg.h>
+#include <fcntl.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "io/json.h"
 
 enum { MAX_TESTS = 512 };
 
@@ -112,6 +116,81 @@ int cl_test_classic(const char *args)
     if (rc != 0)
         fprintf(stderr, "classic %s -> %d:\n%s\n", args, rc, cl_test_out);
     return rc;
+}
+
+int cl_test_classic_start(const char *args, const char *log,
+                          void (*pre_exec)(void))
+{
+    char cmd[8192];
+    if (snprintf(cmd, sizeof cmd, "exec %s %s", cl_test_classic_bin(), args) >=
+        (int)sizeof cmd)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return (int)pid;
+    /* The child: output to log, then the shell execs classic in its own
+     * place, so the pid the caller holds is classic's. */
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0)
+        _exit(127);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    setenv("OMP_NUM_THREADS", "2", 1);
+    if (pre_exec)
+        pre_exec();
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+}
+
+int cl_test_wait(int pid, double timeout_s)
+{
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    for (double t = 0; t < timeout_s; t += 0.02) {
+        int st;
+        pid_t r = waitpid((pid_t)pid, &st, WNOHANG);
+        if (r == (pid_t)pid)
+            return st;
+        if (r < 0) {
+            cl_test_fail(__FILE__, __LINE__, "waitpid(%d) failed", pid);
+            return -1;
+        }
+        nanosleep(&nap, NULL);
+    }
+    kill((pid_t)pid, SIGKILL);
+    waitpid((pid_t)pid, NULL, 0);
+    cl_test_fail(__FILE__, __LINE__,
+                 "classic (pid %d) still running after "
+                 "%.0f s: killed",
+                 pid, timeout_s);
+    return -1;
+}
+
+int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    if (!f)
+        return -1;
+    while (n < max && fgets(line, sizeof line, f)) {
+        cl_json_doc *doc = NULL;
+        if (cl_json_parse(&doc, line, strlen(line), NULL, path) != CL_OK)
+            continue;
+        const cl_json *r = cl_json_root(doc);
+        const cl_json *k = cl_json_get(r, "kind");
+        const cl_json *l = cl_json_get(r, "loss");
+        const cl_json *s = cl_json_get(r, "step");
+        if (k && strcmp(k->str, "train") == 0 && l && s) {
+            loss[n] = l->num;
+            step[n] = s->i;
+            n++;
+        }
+        cl_json_free(doc);
+    }
+    fclose(f);
+    return n;
 }
 
 static int run_one(int i)

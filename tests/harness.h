@@ -4,6 +4,7 @@
 #define CL_TESTS_HARNESS_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "classic/classic.h"
@@ -32,6 +33,21 @@ int cl_test_classic(const char *args);
  * buffer). */
 enum { CL_TEST_OUT_MAX = 1 << 16 };
 extern char cl_test_out[CL_TEST_OUT_MAX];
+
+/* Starts `classic <args>` in the background (OMP_NUM_THREADS=2, stdout and
+ * stderr to log); pre_exec (may be NULL) runs in the child just before the
+ * exec (resource limits).  Returns the pid of the classic process itself,
+ * -1 on failure. */
+int cl_test_classic_start(const char *args, const char *log,
+                          void (*pre_exec)(void));
+/* Waits up to timeout_s for pid and returns its raw wait status; past the
+ * deadline the process is killed (SIGKILL), the test fails and -1 is
+ * returned. */
+int cl_test_wait(int pid, double timeout_s);
+
+/* The step and loss of every "train" line of a metrics.jsonl, in order, at
+ * most max; -1 if the file cannot be opened. */
+int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max);
 
 #define CL_TEST(name)                                                          \
     static void cl_test_##name(void);                                          \

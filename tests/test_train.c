@@ -21,33 +21,6 @@
     "--random_crop_padding 0 --hflip 0 --label_smoothing 0 "                   \
     "--num_parallel_workers 2 --mean 0.286 --std 0.353 --seed 7 "
 
-/* The "loss" of every train line of a metrics.jsonl, in order. */
-static int read_losses(const char *path, double *loss, int64_t *step, int max)
-{
-    FILE *f = fopen(path, "r");
-    char line[4096];
-    int n = 0;
-    if (!f)
-        return -1;
-    while (n < max && fgets(line, sizeof line, f)) {
-        cl_json_doc *doc = NULL;
-        if (cl_json_parse(&doc, line, strlen(line), NULL, path) != CL_OK)
-            continue;
-        const cl_json *r = cl_json_root(doc);
-        const cl_json *k = cl_json_get(r, "kind");
-        const cl_json *l = cl_json_get(r, "loss");
-        const cl_json *s = cl_json_get(r, "step");
-        if (k && strcmp(k->str, "train") == 0 && l && s) {
-            loss[n] = l->num;
-            step[n] = s->i;
-            n++;
-        }
-        cl_json_free(doc);
-    }
-    fclose(f);
-    return n;
-}
-
 CL_TEST(overfit_smoke)
 {
     /* The seeds' smoke test: 128 images memorised in a few hundred steps. */
@@ -61,7 +34,8 @@ CL_TEST(overfit_smoke)
     REQUIRE(cl_test_classic(args) == 0);
     double loss[64];
     int64_t step[64];
-    int n = read_losses(cl_test_path("overfit/metrics.jsonl"), loss, step, 64);
+    int n = cl_test_read_losses(cl_test_path("overfit/metrics.jsonl"), loss,
+                                step, 64);
     REQUIRE(n == 30);
     CHECK(loss[0] > 1.0);
     /* Mean of the last five logged losses: the set is memorised. */
@@ -127,8 +101,10 @@ CL_TEST(resume_gives_the_same_losses)
     CHECK(strstr(cl_test_out, "resumed from") != NULL);
     double la[16], lb[16];
     int64_t sa[16], sb[16];
-    int na = read_losses(cl_test_path("full/metrics.jsonl"), la, sa, 16);
-    int nb = read_losses(cl_test_path("resumed/metrics.jsonl"), lb, sb, 16);
+    int na =
+        cl_test_read_losses(cl_test_path("full/metrics.jsonl"), la, sa, 16);
+    int nb =
+        cl_test_read_losses(cl_test_path("resumed/metrics.jsonl"), lb, sb, 16);
     REQUIRE(na == 8);
     REQUIRE(nb == 5);
     for (int i = 0; i < nb; i++) {
