@@ -790,6 +790,7 @@ CL_TEST(imagefolder_bad_images_fail_or_skip)
             /* bird/zz_link.jpg is the 5th sample: batch 1 fails. */
             CHECK(s == CL_ERR_IO);
             CHECK(strstr(cl_last_error(), "bird/zz_link.jpg: cannot open"));
+            CHECK(strstr(cl_last_error(), "`on_bad_image: skip` drops"));
             CHECK(got == 4);
             /* Asking again repeats the error rather than hanging. */
             cl_batch b;
@@ -798,10 +799,51 @@ CL_TEST(imagefolder_bad_images_fail_or_skip)
             CHECK_OK(s);
             CHECK(got == 9);
             CHECK(st.skipped == 3);
+            /* The trainer reports the last one by name. */
+            CHECK(strstr(st.last_skipped, "zz_") != NULL);
         }
         cl_loader_destroy(ld);
         cl_dataset_close(ds);
     }
+    cl_transforms_destroy(tf);
+}
+
+/* on_bad_image: skip with every image of a batch unreadable: an error
+ * naming the batch, not an empty batch that reads as the end of the
+ * epoch (the trainer would cut the epoch short without a word). */
+CL_TEST(imagefolder_skip_with_a_whole_batch_unreadable)
+{
+    const char *root = make_tree("tree_allbad");
+    char p[1400];
+    /* bird/ comes first in the sorted order: its 4 images are batch 0. */
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/bird/img%d.%s", root, i,
+                 i % 2 ? "PNG" : "jpg");
+        REQUIRE(fx_write(p, "broken", 6, 0) == 0);
+    }
+    cl_transform_opts to = cl_transform_opts_imagenet_train(16);
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&tf, &to));
+    cl_dataset_spec sp = cl_dataset_spec_default();
+    sp.path = root;
+    sp.on_bad_image = CL_BAD_IMAGE_SKIP;
+    cl_dataset *ds = NULL;
+    REQUIRE_OK(cl_dataset_open(&ds, &sp));
+    cl_loader_opts o;
+    memset(&o, 0, sizeof o);
+    o.dataset = ds;
+    o.tf = tf;
+    o.batch_size = 4;
+    o.workers = 1;
+    cl_loader *ld = NULL;
+    REQUIRE_OK(cl_loader_create(&ld, &o));
+    REQUIRE_OK(cl_loader_start_epoch(ld, 0));
+    cl_batch b;
+    CHECK_ERR(cl_loader_next(ld, &b), CL_ERR_FORMAT,
+              "batch 0 of epoch 1: all its 4 images are unreadable");
+    CHECK(strstr(cl_last_error(), "bird/img") != NULL);
+    cl_loader_destroy(ld);
+    cl_dataset_close(ds);
     cl_transforms_destroy(tf);
 }
 

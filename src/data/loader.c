@@ -225,17 +225,36 @@ static void fill_slot(cl_loader *ld, worker *w, slot *s)
             st = cl_transforms_apply(o->tf, &w->img, &r, &w->scratch,
                                      s->x + (size_t)s->n * ld->sample_floats);
         if (st != CL_OK) {
+            /* The message names the file; cl_last_error is this thread's. */
+            snprintf(s->msg, sizeof s->msg, "%s", cl_last_error());
             if (skip && st != CL_ERR_NOMEM) {
                 s->skipped++;
                 continue;
             }
             s->err = st;
-            snprintf(s->msg, sizeof s->msg, "%s", cl_last_error());
+            if (st != CL_ERR_NOMEM) {
+                size_t k = strlen(s->msg);
+                snprintf(s->msg + k, sizeof s->msg - k,
+                         " (on_bad_image: fail; `on_bad_image: skip` drops "
+                         "unreadable images instead)");
+            }
             return;
         }
         s->labels[s->n] = label;
         s->indices[s->n] = idx;
         s->n++;
+    }
+    if (s->n == 0 && p1 > p0) {
+        /* An empty batch would read as the end of the epoch. */
+        char last[sizeof s->msg];
+        snprintf(last, sizeof last, "%s", s->msg);
+        s->err = CL_ERR_FORMAT;
+        snprintf(s->msg, sizeof s->msg,
+                 "batch %lld of epoch %lld: all its %lld images are "
+                 "unreadable (on_bad_image: skip); the last: %.300s",
+                 (long long)s->batch, (long long)ld->epoch + 1,
+                 (long long)(p1 - p0), last);
+        return;
     }
     if (s->targets)
         mix_batch(ld, s);
@@ -510,6 +529,8 @@ cl_status cl_loader_next(cl_loader *ld, cl_batch *b)
     ld->st.batches++;
     ld->st.samples += s->n;
     ld->st.skipped += s->skipped;
+    if (s->skipped)
+        snprintf(ld->st.last_skipped, sizeof ld->st.last_skipped, "%s", s->msg);
     b->x = s->x;
     b->labels = s->labels;
     b->targets = s->targets;

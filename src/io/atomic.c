@@ -39,6 +39,11 @@ static cl_status io_error(cl_atomic_file *f, int err, const char *doing)
         return cl_error(CL_ERR_IO,
                         "%s: disk full while %s (%llu bytes written)", f->path,
                         doing, (unsigned long long)f->written);
+    if (err == EFBIG)
+        return cl_error(CL_ERR_IO,
+                        "%s: file size limit reached while %s (%llu bytes "
+                        "written; see `ulimit -f`)",
+                        f->path, doing, (unsigned long long)f->written);
     return cl_error(CL_ERR_IO, "%s: %s failed after %llu bytes: %s", f->path,
                     doing, (unsigned long long)f->written, strerror(err));
 }

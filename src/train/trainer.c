@@ -394,6 +394,16 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
     *batch = strtoll(buf, NULL, 10);
     CL_TRY(cl_ckpt_read_meta(sp, "step", buf, sizeof buf));
     *step = strtoll(buf, NULL, 10);
+    /* Model and state are two atomic writes: a crash between them can
+     * leave a state file of another step beside a rewritten model. */
+    char mstep[64];
+    if (cl_ckpt_read_meta(path, CL_META_STEP, mstep, sizeof mstep) == CL_OK &&
+        strtoll(mstep, NULL, 10) != *step)
+        return cl_error(CL_ERR_FORMAT,
+                        "resume: %s is from step %s but its training state "
+                        "%s from step %lld (a write was interrupted); resume "
+                        "from an earlier checkpoint",
+                        path, mstep, sp, (long long)*step);
     if (*batch >= cl_loader_batches_per_epoch(r->train_ld)) {
         (*epoch)++;
         *batch = 0;
@@ -735,7 +745,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     double t_start = cl_time_now(), wait0 = cl_loader_wait_seconds(r.train_ld);
     /* grad_wait and grad_ready seconds at the last print */
     double comm_mark = 0, hook_mark = 0;
-    int64_t imgs = 0;
+    int64_t imgs = 0, skipped_mark = 0;
     char last_good[640] = "";
     for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
         double t_epoch = cl_time_now();
@@ -889,6 +899,17 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         fmt_duration(epoch_s, es, sizeof es);
         cl_log(lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %.4f",
                (long long)epoch + 1, cfg->epoch_size, es, cl_ema_get(&ema));
+        /* on_bad_image: skip must not hide what it dropped. */
+        cl_loader_stats ls;
+        cl_loader_get_stats(r.train_ld, &ls);
+        if (ls.skipped > skipped_mark) {
+            cl_log(lg, CL_LOG_WARN,
+                   "epoch %lld: %lld unreadable image(s) skipped "
+                   "(on_bad_image: skip); the last: %s",
+                   (long long)epoch + 1, (long long)(ls.skipped - skipped_mark),
+                   ls.last_skipped);
+            skipped_mark = ls.skipped;
+        }
         res->epochs = (int)epoch + 1;
         int last_epoch = epoch + 1 == cfg->epoch_size;
         if (cfg->ckpt_save_epochs > 0 &&
