@@ -407,14 +407,14 @@ CL_TEST(every_recipe_in_configs_loads)
     REQUIRE_OK(cl_config_load_yaml(&c, CL_SOURCE_DIR
                                    "/configs/resnet50_fashion_mnist.yaml"));
     CHECK(c.dataset == CL_CFG_DATASET_FASHION_MNIST && c.in_channels == 1);
-    /* 28: used at native size; 32: resized as CIFAR. */
-    CHECK(c.stem == CL_CFG_STEM_CIFAR &&
-          (c.image_size == 28 || c.image_size == 32));
+    /* Used at native size, one maxpool after the 3x3/1 stem conv. */
+    CHECK(c.stem == CL_CFG_STEM_CIFAR_POOL && c.image_size == 28);
+    CHECK(c.zero_init_residual == 1);
     CHECK(c.batch_size >= 64 && c.batch_size <= 128);
     CHECK(c.opt == CL_CFG_OPT_MOMENTUM && c.lr == 0.1);
     CHECK(c.scheduler == CL_CFG_SCHED_COSINE_DECAY && c.warmup_epochs > 0);
     CHECK(c.weight_decay == 5e-4 && c.label_smoothing == 0.1);
-    CHECK(c.random_crop_padding == 4 && c.hflip == 0.5);
+    CHECK(c.random_crop_padding == 2 && c.hflip == 0.5);
 
     cl_config_defaults(&c);
     REQUIRE_OK(cl_config_load_yaml(&c, CL_SOURCE_DIR
