@@ -72,13 +72,37 @@ const char *cl_test_tmpdir(void)
     return tmpdir;
 }
 
+/* Every path handed out stays valid until exit (callers keep several). */
+static char **paths;
+static size_t n_paths;
+
+static void free_paths(void)
+{
+    for (size_t i = 0; i < n_paths; i++)
+        free(paths[i]);
+    free(paths);
+    paths = NULL;
+    n_paths = 0;
+}
+
 const char *cl_test_path(const char *name)
 {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ & 7];
-    snprintf(b, 512, "%s/%s", cl_test_tmpdir(), name);
-    return b;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s/%s", cl_test_tmpdir(), name);
+    for (size_t i = 0; i < n_paths; i++)
+        if (strcmp(paths[i], buf) == 0)
+            return paths[i];
+    char **np = realloc(paths, (n_paths + 1) * sizeof *np);
+    char *p = strdup(buf);
+    if (!np || !p) {
+        perror("cl_test_path");
+        exit(2);
+    }
+    if (n_paths == 0)
+        atexit(free_paths);
+    paths = np;
+    paths[n_paths++] = p;
+    return p;
 }
 
 int cl_test_run(const char *cmd)

@@ -17,7 +17,8 @@ int cl_test_failed(void);
 
 /* A fresh empty directory for this test's fixtures, removed at exit. */
 const char *cl_test_tmpdir(void);
-/* "<tmpdir>/<name>" in a static buffer (one per call, 8 rotating). */
+/* "<tmpdir>/<name>", valid until exit (the same pointer for the same
+ * name). */
 const char *cl_test_path(const char *name);
 /* Runs a shell command, returning its exit status (-1 if it died). */
 int cl_test_run(const char *cmd);
