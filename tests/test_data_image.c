@@ -23,46 +23,6 @@
 
 /* ----------------------------------------------------------- fixtures */
 
-/* Pixel (y, x, k) of the synthetic test images. */
-static uint8_t px(int y, int x, int k)
-{
-    return (uint8_t)(10 + y + x * 2 + k * 30);
-}
-
-/* Encodes a smooth h x w image with c channels (1 or 3) as a JPEG; c = 4
- * writes Adobe-style inverted CMYK holding (R, G, B, K = 255). */
-static int write_jpeg(const char *path, int h, int w, int c, int quality)
-{
-    struct jpeg_compress_struct ci;
-    struct jpeg_error_mgr jerr;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    ci.err = jpeg_std_error(&jerr);
-    jpeg_create_compress(&ci);
-    jpeg_stdio_dest(&ci, f);
-    ci.image_width = (JDIMENSION)w;
-    ci.image_height = (JDIMENSION)h;
-    ci.input_components = c;
-    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : (c == 4 ? JCS_CMYK : JCS_RGB);
-    jpeg_set_defaults(&ci);
-    jpeg_set_quality(&ci, quality, TRUE);
-    jpeg_start_compress(&ci, TRUE);
-    uint8_t *row = malloc((size_t)w * c);
-    while (ci.next_scanline < ci.image_height) {
-        int y = (int)ci.next_scanline;
-        for (int x = 0; x < w; x++)
-            for (int k = 0; k < c; k++)
-                row[x * c + k] = k == 3 ? 255 : px(y, x, k);
-        JSAMPROW rp = row;
-        jpeg_write_scanlines(&ci, &rp, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    free(row);
-    return fclose(f);
-}
-
 enum {
     PNG_GRAY8,
     PNG_GRAY1,
@@ -83,7 +43,7 @@ static uint8_t png_expect(int kind, int y, int x, int k)
     case PNG_PAL:
         return (uint8_t)(((x + y) % 4) * 60 + k * 10);
     default:
-        return px(y, x, k);
+        return fx_px(y, x, k);
     }
 }
 
@@ -157,13 +117,13 @@ static int write_png(const char *path, int kind, int h, int w)
                     row[x] = (uint8_t)((x + y) % 4);
                 } else if (bd == 16) {
                     for (int k = 0; k < 3; k++) {
-                        row[(x * 3 + k) * 2] = px(y, x, k);
+                        row[(x * 3 + k) * 2] = fx_px(y, x, k);
                         row[(x * 3 + k) * 2 + 1] = 0x11;
                     }
                 } else {
                     int cc = ch == 2 ? 1 : (ch == 4 ? 3 : ch);
                     for (int k = 0; k < cc; k++)
-                        row[x * ch + k] = px(y, x, k);
+                        row[x * ch + k] = fx_px(y, x, k);
                     if (ch == 2 || ch == 4)
                         row[x * ch + ch - 1] = (uint8_t)(x * 20);
                 }
@@ -204,36 +164,6 @@ static cl_status load_quiet(const char *path, uint64_t max_pixels,
 }
 
 /* ---------------------------------------------------------------- CIFAR */
-
-/* Writes the CIFAR-10 folder cifar-10-batches-bin under base:
- * per_batch records in each of the 5 batches, n_test in test_batch. */
-static void write_cifar10(const char *base, int per_batch, int n_test)
-{
-    char dir[1024], p[1200];
-    mkdir(base, 0755);
-    snprintf(dir, sizeof dir, "%s/cifar-10-batches-bin", base);
-    mkdir(dir, 0755);
-    static uint8_t buf[16 * 3073];
-    for (int b = 0; b < 6; b++) {
-        int n = b < 5 ? per_batch : n_test;
-        for (int r = 0; r < n; r++) {
-            int id = b * 100 + r;
-            uint8_t *rec = buf + r * 3073;
-            rec[0] = (uint8_t)(id % 10);
-            for (int i = 0; i < 3072; i++)
-                rec[1 + i] = (uint8_t)(id + i * 7);
-        }
-        if (b < 5)
-            snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, b + 1);
-        else
-            snprintf(p, sizeof p, "%s/test_batch.bin", dir);
-        fx_write(p, buf, (size_t)n * 3073, 0);
-    }
-    const char *meta = "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\n"
-                       "horse\nship\ntruck\n\n";
-    snprintf(p, sizeof p, "%s/batches.meta.txt", dir);
-    fx_write(p, meta, strlen(meta), 0);
-}
 
 static cl_status open_fmt(cl_dataset **ds, const char *fmt, const char *path,
                           cl_data_usage usage)
@@ -285,7 +215,7 @@ static void check_cifar10(const char *path)
 CL_TEST(cifar10_folder)
 {
     const char *base = cl_test_path("c10");
-    write_cifar10(base, 3, 4);
+    fx_cifar10(base, 3, 4);
     check_cifar10(base); /* the parent folder */
     char p[1200];
     snprintf(p, sizeof p, "%s/cifar-10-batches-bin", base);
@@ -295,7 +225,7 @@ CL_TEST(cifar10_folder)
 CL_TEST(cifar10_targz)
 {
     const char *base = cl_test_path("c10t");
-    write_cifar10(base, 3, 4);
+    fx_cifar10(base, 3, 4);
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "cd %s && tar czf cifar-10-binary.tar.gz cifar-10-batches-bin",
@@ -401,7 +331,7 @@ CL_TEST(cifar100)
 CL_TEST(cifar_bad_files)
 {
     const char *base = cl_test_path("cbad");
-    write_cifar10(base, 2, 2);
+    fx_cifar10(base, 2, 2);
     char p[1200];
     cl_dataset *ds = NULL;
     static uint8_t buf[3 * 3073];
@@ -471,14 +401,14 @@ CL_TEST(jpeg_decode_and_dct_scaling)
 {
     cl_image img = {0};
     const char *p = cl_test_path("rgb.jpg");
-    REQUIRE(write_jpeg(p, 48, 64, 3, 95) == 0);
+    REQUIRE(fx_jpeg(p, 48, 64, 3, 95) == 0);
     REQUIRE_OK(cl_image_load(p, 0, 0, &img));
     CHECK(img.h == 48 && img.w == 64 && img.c == 3);
     double err = 0;
     for (int y = 0; y < 48; y++)
         for (int x = 0; x < 64; x++)
             for (int k = 0; k < 3; k++)
-                err += abs(img.data[(y * 64 + x) * 3 + k] - px(y, x, k));
+                err += abs(img.data[(y * 64 + x) * 3 + k] - fx_px(y, x, k));
     CHECK(err / (48 * 64 * 3) < 3.0);
     /* Shorter side 48: a hint of 12 allows 1/4 scale (12x16), 13 only 1/2. */
     REQUIRE_OK(cl_image_load(p, 12, 0, &img));
@@ -491,21 +421,22 @@ CL_TEST(jpeg_decode_and_dct_scaling)
     err = 0;
     for (int y = 0; y < 6; y++)
         for (int x = 0; x < 8; x++)
-            err += abs(img.data[(y * 8 + x) * 3] - px(y * 8 + 4, x * 8 + 4, 0));
+            err +=
+                abs(img.data[(y * 8 + x) * 3] - fx_px(y * 8 + 4, x * 8 + 4, 0));
     CHECK(err / 48 < 6.0);
     /* CMYK (inverted, as Adobe writes it) comes out as RGB. */
     const char *cm = cl_test_path("cmyk.jpg");
-    REQUIRE(write_jpeg(cm, 16, 24, 4, 95) == 0);
+    REQUIRE(fx_jpeg(cm, 16, 24, 4, 95) == 0);
     REQUIRE_OK(cl_image_load(cm, 0, 0, &img));
     CHECK(img.h == 16 && img.w == 24 && img.c == 3);
     err = 0;
     for (int y = 0; y < 16; y++)
         for (int x = 0; x < 24; x++)
             for (int k = 0; k < 3; k++)
-                err += abs(img.data[(y * 24 + x) * 3 + k] - px(y, x, k));
+                err += abs(img.data[(y * 24 + x) * 3 + k] - fx_px(y, x, k));
     CHECK(err / (16 * 24 * 3) < 3.0);
     const char *g = cl_test_path("gray.jpg");
-    REQUIRE(write_jpeg(g, 20, 30, 1, 90) == 0);
+    REQUIRE(fx_jpeg(g, 20, 30, 1, 90) == 0);
     REQUIRE_OK(cl_image_load(g, 0, 0, &img));
     CHECK(img.h == 20 && img.w == 30 && img.c == 1);
     cl_image_free(&img);
@@ -517,7 +448,7 @@ CL_TEST(corrupt_images_are_clear_errors)
     cl_image img = {0};
     long printed = 0;
     const char *jp = cl_test_path("ok.jpg");
-    REQUIRE(write_jpeg(jp, 160, 200, 3, 90) == 0);
+    REQUIRE(fx_jpeg(jp, 160, 200, 3, 90) == 0);
     size_t n = read_all(jp, buf, sizeof buf);
     REQUIRE(n > 2000);
     /* Truncated JPEG: libjpeg's warning becomes our error, unprinted. */
@@ -592,7 +523,7 @@ CL_TEST(hostile_headers_refused_before_allocating)
     CHECK(img.cap == 0); /* nothing allocated for pixels */
     /* JPEG claiming 60000 x 60000 (SOF0 patched). */
     const char *jp = cl_test_path("small.jpg");
-    REQUIRE(write_jpeg(jp, 8, 8, 3, 90) == 0);
+    REQUIRE(fx_jpeg(jp, 8, 8, 3, 90) == 0);
     n = read_all(jp, buf, sizeof buf);
     size_t sof = 0;
     for (size_t i = 2; i + 9 < n; i++)
@@ -638,7 +569,7 @@ static const char *make_tree(const char *name)
             if (i % 2)
                 write_png(p, i == 1 ? PNG_RGBA8 : PNG_GRAY8, 20 + i, 24);
             else
-                write_jpeg(p, 20 + i, 24 + c, 3, 90);
+                fx_jpeg(p, 20 + i, 24 + c, 3, 90);
         }
     }
     snprintf(p, sizeof p, "%s/cat/notes.txt", root);
@@ -706,6 +637,35 @@ CL_TEST(imagefolder_class_indexing)
     fx_write(map, "dog zero\n", 9, 0);
     CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
               "map.txt:1: expected `name index`");
+    /* An empty or comments-only file is an error naming it, not the
+     * sorted folder order without a word. */
+    fx_write(map, "", 0, 0);
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
+              "map.txt: no `name index` lines in it");
+    fx_write(map, "# classes\n\n   \n", 15, 0);
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
+              "map.txt: no `name index` lines in it");
+    /* Long lines are read whole: a 4090-byte name is one (missing) class,
+     * not two lines; past 4096 bytes the line is refused as such. */
+    static char big[6000];
+    int k = snprintf(big, sizeof big, "dog 0\ncat 2\nbird 1\n");
+    memset(big + k, 'x', 4088);
+    k += 4088;
+    k += snprintf(big + k, sizeof big - (size_t)k, " 3\n");
+    fx_write(map, big, (size_t)k, 0);
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT, "xxx' has no folder");
+    memset(big, 'y', 5000);
+    memcpy(big + 5000, " 0\n", 3);
+    fx_write(map, "dog 0\n", 6, 0);
+    FILE *mf = fopen(map, "ab");
+    REQUIRE(mf != NULL);
+    fwrite(big, 1, 5003, mf);
+    fclose(mf);
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
+              "map.txt:2: line of 5003 bytes, longer than the 4096");
+    fx_write(map, "dog 0\ncat\0 1\n", 14, 0);
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
+              "map.txt:2: a NUL byte");
     /* Given programmatically. */
     const char *names[3] = {"cat", "dog", "bird"};
     const int idx[3] = {1, 2, 0};
@@ -1055,8 +1015,8 @@ CL_TEST(png_palette_with_transparency_decodes_to_rgb)
      * PNG fuzzer's seed corpus). */
     cl_image img;
     memset(&img, 0, sizeof img);
-    REQUIRE_OK(cl_image_load(CL_SOURCE_DIR "/tests/fuzz/corpus/png/pal2.png",
-                             0, 0, &img));
+    REQUIRE_OK(cl_image_load(CL_SOURCE_DIR "/tests/fuzz/corpus/png/pal2.png", 0,
+                             0, &img));
     CHECK(img.c == 3 && img.w == 6 && img.h == 3);
     cl_image_free(&img);
 }

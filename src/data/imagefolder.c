@@ -157,7 +157,12 @@ static cl_status list_classes(const char *root, strlist *out)
     return s;
 }
 
-/* The `name index` lines of a class_indexing file. */
+/* A class_indexing line holds one folder name and an index: anything
+ * longer is not such a line (NAME_MAX is 255 on common file systems). */
+enum { MAPPING_LINE_MAX = 4096 };
+
+/* The `name index` lines of a class_indexing file; a file without any is
+ * an error (an empty mapping would silently mean "sorted folder order"). */
 static cl_status read_mapping(const char *path, strlist *names, int **idx,
                               int *n)
 {
@@ -165,13 +170,30 @@ static cl_status read_mapping(const char *path, strlist *names, int **idx,
     if (!f)
         return cl_error(CL_ERR_IO, "%s: cannot open: %s", path,
                         strerror(errno));
-    char line[4096];
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t got;
     int cap = 0, cnt = 0, lineno = 0;
     int *ix = NULL;
     cl_status s = CL_OK;
-    while (fgets(line, sizeof line, f)) {
+    errno = 0;
+    while ((got = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
-        size_t L = strlen(line);
+        size_t L = (size_t)got;
+        if (L > MAPPING_LINE_MAX) {
+            s = cl_error(CL_ERR_FORMAT,
+                         "%s:%d: line of %zu bytes, longer than the %d a "
+                         "`name index` line may have (is this a "
+                         "class_indexing file?)",
+                         path, lineno, L, MAPPING_LINE_MAX);
+            break;
+        }
+        if (memchr(line, '\0', L)) {
+            s = cl_error(CL_ERR_FORMAT,
+                         "%s:%d: a NUL byte in the line (not a text file)",
+                         path, lineno);
+            break;
+        }
         while (L > 0 && isspace((unsigned char)line[L - 1]))
             line[--L] = '\0';
         char *p = line;
@@ -189,7 +211,7 @@ static cl_status read_mapping(const char *path, strlist *names, int **idx,
             v > 1000000) {
             s = cl_error(CL_ERR_FORMAT,
                          "%s:%d: expected `name index` with 0 <= index <= "
-                         "1000000, found '%s'",
+                         "1000000, found '%.200s'",
                          path, lineno, p);
             break;
         }
@@ -215,6 +237,15 @@ static cl_status read_mapping(const char *path, strlist *names, int **idx,
         if (s != CL_OK)
             break;
     }
+    if (s == CL_OK && ferror(f))
+        s = cl_error(CL_ERR_IO, "%s: read error: %s", path, strerror(errno));
+    if (s == CL_OK && cnt == 0)
+        s = cl_error(CL_ERR_FORMAT,
+                     "%s: no `name index` lines in it (empty or only "
+                     "comments); give one line per class folder, or no "
+                     "class_indexing for the sorted folder order",
+                     path);
+    free(line);
     fclose(f);
     if (s != CL_OK) {
         cl_free(ix);
@@ -316,15 +347,15 @@ cl_status cl__imagefolder_open(cl_dataset *ds, const cl_dataset_spec *spec)
             const char *nm = sl_get(&mapnames, (size_t)i);
             if (v < 0 || v >= K) {
                 s = cl_error(CL_ERR_FORMAT,
-                             "%s: class '%s' has index %d, expected 0..%d "
+                             "%s: class '%.200s' has index %d, expected 0..%d "
                              "(one index per class)",
                              mapsrc, nm, v, K - 1);
                 goto done;
             }
             if (ds->class_names[v]) {
                 s = cl_error(CL_ERR_FORMAT,
-                             "%s: index %d given to both '%s' and '%s'", mapsrc,
-                             v, ds->class_names[v], nm);
+                             "%s: index %d given to both '%.200s' and '%.200s'",
+                             mapsrc, v, ds->class_names[v], nm);
                 goto done;
             }
             int found = 0;
@@ -332,8 +363,8 @@ cl_status cl__imagefolder_open(cl_dataset *ds, const cl_dataset_spec *spec)
                 found = strcmp(sl_get(&folders, f), nm) == 0;
             if (!found) {
                 s = cl_error(CL_ERR_FORMAT,
-                             "%s: class '%s' has no folder %s/%s", mapsrc, nm,
-                             root, nm);
+                             "%s: class '%.200s' has no folder %s/%.200s",
+                             mapsrc, nm, root, nm);
                 goto done;
             }
             ds->class_names[v] = cl__strdup(nm, "class name");
