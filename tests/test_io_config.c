@@ -183,6 +183,11 @@ CL_TEST(load_errors_name_line_and_key)
         {"lr: 0.1\nmomentum: 0.9: 3\n",
          "recipe.yaml:2:14: YAML error: mapping values are not allowed"},
         {"milestones: [1, 2\n", "YAML error"},
+        /* An unclosed list where a number belongs: the syntax error, not
+         * "expects a number, found a list". */
+        {"lr: [0.1\n",
+         "recipe.yaml:2:1: YAML error: did not find expected ',' or ']'"},
+        {"seed: 3\nlr: {a: [1, 2}\n", "recipe.yaml:2:14: YAML error"},
         {"data_dir: \"unterminated\n", "recipe.yaml:2:1: YAML error"},
         {"\tlr: 0.1\n", "YAML error"},
         /* Cross-key checks, named by file. */
@@ -190,7 +195,11 @@ CL_TEST(load_errors_name_line_and_key)
          "recipe.yaml: scheduler multi_step needs milestones"},
         {"milestones: [60, 30]\n", "milestones must increase (30 after 60)"},
         {"mean: [0.5, 0.5]\nstd: [0.5, 0.5]\n",
-         "mean has 2 values for in_channels 3"},
+         "mean has 2 values for in_channels 3 (give 1 or 3 values)"},
+        {"in_channels: 1\nmean: [0.1, 0.2, 0.3]\nstd: [0.1, 0.2, 0.3]\n",
+         "mean has 3 values for in_channels 1 (give 1 value)"},
+        {"in_channels: 2\nmean: [0.1, 0.2]\nstd: [0.1, 0.2, 0.3]\n",
+         "std has 3 values for in_channels 2 (give 1 or 2 values)"},
         {"mean: [0.5]\n", "mean and std must be given together"},
         {"dataset: cifar10\n", "recipe.yaml: dataset cifar10 needs data_dir"},
         {"min_lr: 0.5\nlr: 0.1\n", "min_lr 0.5 is above lr 0.1"},

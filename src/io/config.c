@@ -831,16 +831,20 @@ cl_status cl_config_check(const cl_config *c)
                         "%s: mean and std must be given together (mean has "
                         "%d values, std %d)",
                         p, c->n_mean, c->n_std);
+    /* One value serves every channel, else one per channel. */
+    char want[32];
+    if (c->in_channels == 1)
+        snprintf(want, sizeof want, "1 value");
+    else
+        snprintf(want, sizeof want, "1 or %d values", c->in_channels);
     if (c->n_mean > 1 && c->n_mean != c->in_channels)
         return cl_error(CL_ERR_CONFIG,
-                        "%s: mean has %d values for in_channels %d (give 1 "
-                        "or %d)",
-                        p, c->n_mean, c->in_channels, c->in_channels);
+                        "%s: mean has %d values for in_channels %d (give %s)",
+                        p, c->n_mean, c->in_channels, want);
     if (c->n_std > 1 && c->n_std != c->in_channels)
         return cl_error(CL_ERR_CONFIG,
-                        "%s: std has %d values for in_channels %d (give 1 "
-                        "or %d)",
-                        p, c->n_std, c->in_channels, c->in_channels);
+                        "%s: std has %d values for in_channels %d (give %s)", p,
+                        c->n_std, c->in_channels, want);
     if (c->n_color_jitter == 2)
         return cl_error(CL_ERR_CONFIG,
                         "%s: color_jitter takes 1 value (all three) or 3 "
@@ -966,9 +970,24 @@ static cl_status yvalue(yload *y, cl_config *c, const key *k, const char *loc)
         }
         return set_list(c, k, ptrs, n, loc);
     }
+    /* A list or mapping where a scalar belongs: read to its end first, so
+     * a syntax error inside it (`lr: [0.1` unclosed) is reported as such
+     * rather than as the type mismatch. */
+    yaml_event_type_t what = y->ev.type;
+    int depth =
+        what == YAML_SEQUENCE_START_EVENT || what == YAML_MAPPING_START_EVENT;
+    while (depth > 0) {
+        CL_TRY(ynext(y));
+        if (y->ev.type == YAML_SEQUENCE_START_EVENT ||
+            y->ev.type == YAML_MAPPING_START_EVENT)
+            depth++;
+        else if (y->ev.type == YAML_SEQUENCE_END_EVENT ||
+                 y->ev.type == YAML_MAPPING_END_EVENT)
+            depth--;
+    }
     describe(d, sizeof d, k);
     return cl_error(CL_ERR_CONFIG, "%s: key '%s' expects %s, found %s", loc,
-                    k->name, d, ev_what(y->ev.type));
+                    k->name, d, ev_what(what));
 }
 
 static cl_status yload_doc(yload *y, cl_config *c)
