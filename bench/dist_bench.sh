@@ -7,7 +7,8 @@
 # Run by hand, not by ctest:  bench/dist_bench.sh [build-dir]
 # Environment: STEPS (optimizer steps per run, default 8), BATCH (global
 # batch, default 32), STEM (cifar|imagenet, default cifar), SIDE (default
-# 32), NP (ranks, default 2, = threads of the 1-rank run).
+# 32), NP (ranks, default 2, = threads of the 1-rank run), SYNC_BN (1: one
+# more run, overlapped, with sync_bn true; default 0).
 set -eu
 
 BUILD=${1:-build}
@@ -17,6 +18,7 @@ BATCH=${BATCH:-32}
 STEM=${STEM:-cifar}
 SIDE=${SIDE:-32}
 NP=${NP:-2}
+SYNC_BN=${SYNC_BN:-0}
 PRINT=2
 OUT=$(mktemp -d /tmp/dist-bench-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
@@ -59,11 +61,17 @@ OMP_NUM_THREADS=$NP "$BIN" train $common --threads "$NP" \
     { cat "$OUT/one.log" >&2; exit 1; }
 summary "$OUT/one/metrics.jsonl" "1 rank x $NP threads"
 
-for mode in overlap blocking; do
+modes="overlap blocking"
+[ "$SYNC_BN" = 1 ] && modes="$modes syncbn"
+for mode in $modes; do
+    extra="--grad_sync $mode"
+    [ "$mode" = syncbn ] && extra="--grad_sync overlap --sync_bn true"
     $MPIRUN -np "$NP" -x OMP_NUM_THREADS=1 "$BIN" train $common --threads 1 \
-        --batch_size $((BATCH / NP)) --grad_sync $mode \
+        --batch_size $((BATCH / NP)) $extra \
         --ckpt_save_dir "$OUT/$mode" >"$OUT/$mode.log" 2>&1 ||
         { cat "$OUT/$mode.log" >&2; exit 1; }
-    summary "$OUT/$mode/metrics.jsonl" "$NP ranks x 1 thread, $mode"
+    label="$mode"
+    [ "$mode" = syncbn ] && label="overlap, SyncBN"
+    summary "$OUT/$mode/metrics.jsonl" "$NP ranks x 1 thread, $label"
 done
 echo "# load after:$(uptime | sed 's/.*load average://')"
