@@ -396,6 +396,106 @@ static void st_seeds(void)
     free(d.p);
 }
 
+/* ---- MindSpore .ckpt: protobuf Checkpoint { repeated Value value = 1 },
+ * Value { tag = 1; TensorProto tensor = 2 }, TensorProto { repeated int64
+ * dims = 1; tensor_type = 2; tensor_content = 3 }. */
+
+static void pb_varint(buf *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        putc8(b, (int)(v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    putc8(b, (int)v);
+}
+
+static void pb_len(buf *b, int field, const void *d, size_t n)
+{
+    pb_varint(b, (uint64_t)field << 3 | 2);
+    pb_varint(b, n);
+    put(b, d, n);
+}
+
+/* One Value: dims (packed or one varint each), type, content of numel
+ * elements of esize bytes (a smooth pattern). */
+static void ms_value(buf *ck, const char *tag, const char *type, int esize,
+                     const int64_t *dims, int ndim, int packed)
+{
+    buf t = {0}, v = {0}, pk = {0};
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= dims[i];
+    if (packed) {
+        for (int i = 0; i < ndim; i++)
+            pb_varint(&pk, (uint64_t)dims[i]);
+        pb_len(&t, 1, pk.p, pk.n);
+    } else {
+        for (int i = 0; i < ndim; i++) {
+            pb_varint(&t, 1 << 3 | 0);
+            pb_varint(&t, (uint64_t)dims[i]);
+        }
+    }
+    pb_len(&t, 2, type, strlen(type));
+    buf c = {0};
+    for (int64_t i = 0; i < numel * esize; i++)
+        putc8(&c, (int)((i * 37 + 11) & 0x3f)); /* finite halves */
+    if (strcmp(type, "Float32") == 0)
+        for (int64_t i = 0; i < numel; i++) {
+            float f = 0.01f * (float)(i % 97) - 0.3f;
+            memcpy(c.p + 4 * i, &f, 4);
+        }
+    pb_len(&t, 3, c.p ? c.p : (uint8_t *)"", c.n);
+    pb_len(&v, 1, tag, strlen(tag));
+    pb_len(&v, 2, t.p, t.n);
+    pb_len(ck, 1, v.p, v.n);
+    free(t.p);
+    free(v.p);
+    free(pk.p);
+    free(c.p);
+}
+
+static void ckpt_seeds(void)
+{
+    /* mindcv names of a cifar-stem resnet18 (conv1 3x3, 64 channels), the
+     * optimizer's entries and the scalars a training run saves. */
+    buf a = {0};
+    ms_value(&a, "conv1.weight", "Float32", 4, (int64_t[]){64, 3, 3, 3}, 4, 0);
+    ms_value(&a, "bn1.gamma", "Float32", 4, (int64_t[]){64}, 1, 0);
+    ms_value(&a, "bn1.beta", "Float32", 4, (int64_t[]){64}, 1, 0);
+    ms_value(&a, "bn1.moving_mean", "Float32", 4, (int64_t[]){64}, 1, 0);
+    ms_value(&a, "bn1.moving_variance", "Float32", 4, (int64_t[]){64}, 1, 0);
+    ms_value(&a, "moments.bn1.gamma", "Float32", 4, (int64_t[]){64}, 1, 0);
+    ms_value(&a, "learning_rate", "Float32", 4, NULL, 0, 0);
+    ms_value(&a, "global_step", "Int32", 4, (int64_t[]){1}, 1, 0);
+    save("ckpt", "mindcv-stem.ckpt", &a);
+    free(a.p);
+    /* Model-zoo wrappers and head names, half precision, packed dims. */
+    buf b = {0};
+    ms_value(&b, "network.backbone.end_point.weight", "Float16", 2,
+             (int64_t[]){10, 512}, 2, 1);
+    ms_value(&b, "network.backbone.end_point.bias", "Float16", 2,
+             (int64_t[]){10}, 1, 1);
+    ms_value(&b, "layer1.0.down_sample_layer.0.weight", "BFloat16", 2,
+             (int64_t[]){64, 64, 1, 1}, 4, 1);
+    ms_value(&b, "layer1.0.bn1d.gamma", "Float64", 8, (int64_t[]){64}, 1, 0);
+    save("ckpt", "zoo-head.ckpt", &b);
+    free(b.p);
+    /* Odd but legal: a string tensor, an empty tensor, an unknown type. */
+    buf c = {0};
+    ms_value(&c, "scale_sense", "Float32", 4, (int64_t[]){1}, 1, 0);
+    ms_value(&c, "note", "String", 1, (int64_t[]){5}, 1, 0);
+    ms_value(&c, "empty", "Float32", 4, (int64_t[]){0, 3}, 2, 0);
+    ms_value(&c, "fc.weight", "Int8", 1, (int64_t[]){10, 512}, 2, 0);
+    save("ckpt", "odd.ckpt", &c);
+    free(c.p);
+    /* The same name twice (a sliced tensor). */
+    buf d = {0};
+    ms_value(&d, "fc.bias", "Float32", 4, (int64_t[]){10}, 1, 0);
+    ms_value(&d, "fc.bias", "Float32", 4, (int64_t[]){10}, 1, 0);
+    save("ckpt", "twice.ckpt", &d);
+    free(d.p);
+}
+
 static void text(const char *target, const char *name, const char *s)
 {
     buf b = {(uint8_t *)(uintptr_t)s, strlen(s), 0};
@@ -423,6 +523,7 @@ int main(int argc, char **argv)
     jpeg_one("rgb-prog.jpg", 33, 20, 3, 1, 50);
     jpeg_one("rgb-big.jpg", 64, 48, 3, 0, 30);
     st_seeds();
+    ckpt_seeds();
     text("json", "obj",
          "{\"a\": [1, -2.5e3, true, false, null], \"b\": "
          "{\"c\": \"x\\u00e9\\ud83d\\ude00\\n\"}}");

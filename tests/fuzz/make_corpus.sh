@@ -4,7 +4,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-$here/corpus}"
-for t in idx cifar_bin cifar_tar jpeg png safetensors json yaml \
+for t in idx cifar_bin cifar_tar jpeg png safetensors ckpt json yaml \
          class_indexing; do
   mkdir -p "$out/$t"
 done
