@@ -1,5 +1,5 @@
-/* Fixture writers for the data tests: tiny IDX and CIFAR files made at run
- * time (header-only; each test program includes it once). */
+/* Fixture writers for the data tests: tiny IDX, CIFAR and JPEG files made
+ * at run time (header-only; each test program includes it once). */
 #ifndef CL_TEST_DATA_FIXTURES_H
 #define CL_TEST_DATA_FIXTURES_H
 
@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jpeglib.h>
 #include <zlib.h>
 
 static inline void fx_be32(uint8_t *p, uint32_t v)
@@ -84,6 +87,82 @@ static inline int fx_idx_labels(const char *path, int n, int classes, int gz,
     int r = fx_write(path, b, sz, gz);
     free(b);
     return r;
+}
+
+/* Pixel (y, x, k) of the synthetic test images. */
+static inline uint8_t fx_px(int y, int x, int k)
+{
+    return (uint8_t)(10 + y + x * 2 + k * 30);
+}
+
+/* Encodes a smooth h x w image with c channels (1 or 3) as a JPEG; c = 4
+ * writes Adobe-style inverted CMYK holding (R, G, B, K = 255). */
+static inline int fx_jpeg(const char *path, int h, int w, int c, int quality)
+{
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr jerr;
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&ci);
+    jpeg_stdio_dest(&ci, f);
+    ci.image_width = (JDIMENSION)w;
+    ci.image_height = (JDIMENSION)h;
+    ci.input_components = c;
+    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : (c == 4 ? JCS_CMYK : JCS_RGB);
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, quality, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    uint8_t *row = malloc((size_t)w * c);
+    while (ci.next_scanline < ci.image_height) {
+        int y = (int)ci.next_scanline;
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++)
+                row[x * c + k] = k == 3 ? 255 : fx_px(y, x, k);
+        JSAMPROW rp = row;
+        jpeg_write_scanlines(&ci, &rp, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    free(row);
+    return fclose(f);
+}
+
+/* Writes the CIFAR-10 folder cifar-10-batches-bin under base:
+ * per_batch records in each of the 5 batches, n_test in test_batch. */
+static inline void fx_cifar10(const char *base, int per_batch, int n_test)
+{
+    char dir[1024], p[1200];
+    mkdir(base, 0755);
+    if (snprintf(dir, sizeof dir, "%s/cifar-10-batches-bin", base) >=
+        (int)sizeof dir)
+        return;
+    mkdir(dir, 0755);
+    int most = per_batch > n_test ? per_batch : n_test;
+    uint8_t *buf = calloc((size_t)(most > 0 ? most : 1), 3073);
+    if (!buf)
+        return;
+    for (int b = 0; b < 6; b++) {
+        int n = b < 5 ? per_batch : n_test;
+        for (int r = 0; r < n; r++) {
+            int id = b * 100 + r;
+            uint8_t *rec = buf + r * 3073;
+            rec[0] = (uint8_t)(id % 10);
+            for (int i = 0; i < 3072; i++)
+                rec[1 + i] = (uint8_t)(id + i * 7);
+        }
+        if (b < 5)
+            snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, b + 1);
+        else
+            snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+        fx_write(p, buf, (size_t)n * 3073, 0);
+    }
+    const char *meta = "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\n"
+                       "horse\nship\ntruck\n\n";
+    snprintf(p, sizeof p, "%s/batches.meta.txt", dir);
+    fx_write(p, meta, strlen(meta), 0);
+    free(buf);
 }
 
 #endif
