@@ -5,7 +5,7 @@
  * intact), and ImageFolder images that become unreadable mid-run (per
  * on_bad_image: stop naming the file, or skip).  kill -9 is in
  * test_faults_kill.c.
- * ctest-labels: faults */
+ * ctest-labels: faults slow */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
