@@ -23,12 +23,14 @@
 
 #include "backend/backend.h"
 #include "backend/onednn_arena.h"
+#include "backend/onednn_bn.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/rng.h"
 #include "graph/graph.h"
 #include "harness.h"
 #include "models/resnet.h"
+#include "tensor/tensor.h"
 
 /* max|a - b| / max|b| (0 when b is all zero and a equals it). */
 static double rel_err(const float *a, const float *b, size_t n)
@@ -753,6 +755,382 @@ CL_TEST(sync_bn_errors)
     /* Evaluation needs no global statistics. */
     CHECK_OK(cl_backend_forward(be, 0, NULL));
     pair_free(&p);
+}
+
+/* ---- mixed precision (amp_level O1 / O2, bf16) ----------------------------
+ */
+
+/* One resnet18 (CIFAR stem, 16x16, batch 4, torchvision init) per amp
+ * level O0, O1, O2 with equal params and input, plus the yardstick: O0 on
+ * the params and the input rounded to bf16. */
+typedef struct amp_set {
+    cl_graph g[4];
+    cl_backend *be[4];
+    float *x, *xr;
+    int32_t labels[4];
+    float loss[4];
+} amp_set;
+
+static void amp_free(amp_set *a)
+{
+    for (int k = 0; k < 4; k++) {
+        cl_backend_destroy(a->be[k]);
+        cl_graph_free(&a->g[k]);
+    }
+    cl_free(a->x);
+    cl_free(a->xr);
+    memset(a, 0, sizeof *a);
+}
+
+static float bf16_round(float v)
+{
+    return cl_f32_from_bf16(cl_bf16_from_f32(v));
+}
+
+static cl_status amp_make(amp_set *a, int side)
+{
+    memset(a, 0, sizeof *a);
+    cl_resnet_config c = r18_cfg();
+    for (int k = 0; k < 4; k++) {
+        CL_TRY(cl_graph_init(&a->g[k], 4));
+        CL_TRY(cl_resnet_build(&a->g[k], &c, side, side, 0, 0.0f));
+        CL_TRY(cl_resnet_init(&a->g[k], &c, 21));
+        cl_backend_opts o = {0, k < 3 ? k : 0};
+        CL_TRY(cl_backend_create(&a->be[k], "onednn", &a->g[k], CL_PLAN_TRAIN,
+                                 &o));
+    }
+    size_t nx = (size_t)cl_graph_numel(&a->g[0], a->g[0].input);
+    a->x = cl_alloc(nx * sizeof(float), "amp input");
+    a->xr = cl_alloc(nx * sizeof(float), "amp input");
+    if (!a->x || !a->xr)
+        return CL_ERR_NOMEM;
+    fill_input(a->x, nx, a->labels, 4, 10, 17);
+    for (size_t i = 0; i < nx; i++)
+        a->xr[i] = bf16_round(a->x[i]);
+    for (size_t i = 0; i < a->g[3].n_param_floats; i++)
+        a->g[3].params[i] = bf16_round(a->g[3].params[i]);
+    return cl_backend_sync_params(a->be[3]);
+}
+
+/* cos(a, b) over n values. */
+static double cosine(const float *a, const float *b, size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* O1 and O2 against O0, one training step.  bf16 keeps 8 significant
+ * bits (a rounding moves a value by up to 2^-9 = 0.2%), so the forward is
+ * held to: loss within 1% (measured O1 0.19%, O2 0.05%), logits within 5%
+ * normwise (measured 1.2%, 1.9%), and at least 0.1% away from O0's (bf16
+ * really ran; the f32 path is deterministic, so O0 against itself is 0).
+ * The gradients of this tiny net are far more sensitive than the forward:
+ * only rounding the params and the input to bf16 and computing in f32
+ * (the yardstick) already moves them by 22% on average per tensor
+ * (normwise, up to 30%), as BN over 16 values per channel in layer4 and
+ * ReLU masks that flip near 0 amplify any change.  So the gradients are
+ * held against that yardstick: the mean per-tensor error at most 1.6x the
+ * yardstick's (measured O1 1.14x, O2 1.27x), no tensor more than 0.25
+ * above its own yardstick error (measured at most 0.11 above), and the
+ * whole gradient vector at cosine >= 0.9 with O0's (measured 0.96, 0.95;
+ * yardstick 0.97).  A wrong layout, type or missing cast gives errors of
+ * order 1 and fails all of these. */
+CL_TEST(amp_o1_o2_against_o0)
+{
+    amp_set a;
+    cl_status s = amp_make(&a, 16);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        amp_free(&a);
+        return;
+    }
+    cl_graph *g0 = &a.g[0];
+    size_t np = g0->n_param_floats;
+    float *p0 = cl_alloc(np * sizeof(float), "params before");
+    REQUIRE(p0);
+    memcpy(p0, a.g[2].params, np * sizeof(float));
+    size_t nl = (size_t)cl_graph_numel(g0, g0->logits);
+    float *lg[4];
+    for (int k = 0; k < 4; k++) {
+        lg[k] = cl_alloc(nl * sizeof(float), "logits");
+        REQUIRE(lg[k]);
+        CHECK_OK(
+            cl_backend_set_input(a.be[k], k < 3 ? a.x : a.xr, a.labels, NULL));
+        CHECK_OK(cl_backend_forward(a.be[k], 1, &a.loss[k]));
+        CHECK_OK(cl_backend_read(a.be[k], g0->logits, lg[k]));
+        CHECK_OK(cl_backend_backward(a.be[k]));
+    }
+    for (int k = 1; k < 4; k++) {
+        double worst = 0, over = -1, sum = 0, ysum = 0;
+        int nt = 0;
+        const char *wn = "";
+        for (int t = 0; t < g0->n_tensors; t++) {
+            const cl_gtensor *x = &g0->tensors[t];
+            if (x->kind != CL_GT_PARAM)
+                continue;
+            size_t n = (size_t)cl_graph_numel(g0, t);
+            const float *want = cl_graph_grad(g0, t);
+            double e = rel_l2(cl_graph_grad(&a.g[k], t), want, n);
+            double y = rel_l2(cl_graph_grad(&a.g[3], t), want, n);
+            if (!(e <= worst)) {
+                worst = e;
+                wn = x->name;
+            }
+            if (!(e - y <= over))
+                over = e - y;
+            sum += e;
+            ysum += y;
+            nt++;
+        }
+        double lrel = fabs(a.loss[k] - a.loss[0]) / a.loss[0];
+        double lgl = rel_l2(lg[k], lg[0], nl);
+        double cs = cosine(a.g[k].grads, g0->grads, np);
+        fprintf(stderr,
+                "%s vs O0: loss %.6f vs %.6f (rel %.3g), logits normwise "
+                "%.3g; gradients: cosine %.4f, mean per-tensor error %.3g "
+                "(%.2fx the yardstick's %.3g), worst %.3g (%s), at most "
+                "%.3g above the yardstick\n",
+                k == 1   ? "O1"
+                : k == 2 ? "O2"
+                         : "yardstick",
+                a.loss[k], a.loss[0], lrel, lgl, cs, sum / nt, sum / ysum,
+                ysum / nt, worst, wn, over);
+        if (k == 3)
+            continue;
+        CHECK(lrel <= 1e-2);
+        CHECK(lgl <= 5e-2 && lgl >= 1e-3);
+        CHECK(cs >= 0.9);
+        CHECK(sum <= 1.6 * ysum);
+        CHECK(over <= 0.25);
+    }
+    /* The master weights are the f32 arena, which no step writes. */
+    CHECK(memcmp(p0, a.g[2].params, np * sizeof(float)) == 0);
+    for (int k = 0; k < 4; k++)
+        cl_free(lg[k]);
+    cl_free(p0);
+    amp_free(&a);
+}
+
+/* O2 trains, evaluates and infers: four momentum-SGD steps (lr 0.01) on
+ * one batch from the same init for O0 and O2 (the f32 master weights are
+ * updated, sync_params re-rounds the bf16 copies); O2's loss must fall by
+ * a fifth and stay within 5% (+0.02) of O0's at every step.  Then, on
+ * O2's trained weights and running statistics, O2's evaluation forward
+ * and an O2 inference plan (BN folded into bf16 convolutions) against an
+ * O0 evaluation forward: logits within 5% normwise; and O2 with a
+ * one-rank SyncBN hook against O2 without: within 1%.  Measured values
+ * are in the log line. */
+CL_TEST(amp_o2_trains_evaluates_and_infers)
+{
+    cl_resnet_config c = r18_cfg();
+    cl_graph g[2];
+    cl_backend *be[2] = {NULL, NULL}, *inf = NULL, *f32 = NULL, *syn = NULL;
+    float *x = NULL, *mom[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
+    float *ls = NULL;
+    int32_t labels[4];
+    memset(g, 0, sizeof g);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE_OK(cl_graph_init(&g[k], 4));
+        REQUIRE_OK(cl_resnet_build(&g[k], &c, 16, 16, 0, 0.0f));
+        REQUIRE_OK(cl_resnet_init(&g[k], &c, 5));
+        cl_backend_opts o = {0, 2 * k};
+        REQUIRE_OK(
+            cl_backend_create(&be[k], "onednn", &g[k], CL_PLAN_TRAIN, &o));
+    }
+    size_t nx = (size_t)cl_graph_numel(&g[0], g[0].input);
+    size_t np = g[0].n_param_floats;
+    size_t nl = (size_t)cl_graph_numel(&g[0], g[0].logits);
+    x = cl_alloc(nx * sizeof(float), "x");
+    ls = cl_alloc(nl * sizeof(float), "logits");
+    for (int k = 0; k < 2; k++) {
+        mom[k] = cl_alloc_zero(np * sizeof(float), "momentum");
+        lg[k] = cl_alloc(nl * sizeof(float), "logits");
+        REQUIRE(mom[k] && lg[k]);
+    }
+    REQUIRE(x && ls);
+    fill_input(x, nx, labels, 4, 10, 3);
+    float curve[2][5];
+    for (int step = 0; step < 5; step++)
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(cl_backend_set_input(be[k], x, labels, NULL));
+            CHECK_OK(cl_backend_forward(be[k], 1, &curve[k][step]));
+            if (step == 4)
+                continue;
+            CHECK_OK(cl_backend_backward(be[k]));
+            float *w = g[k].params, *gr = g[k].grads;
+            for (size_t i = 0; i < np; i++) {
+                mom[k][i] = 0.9f * mom[k][i] + gr[i];
+                w[i] -= 0.01f * mom[k][i];
+            }
+            CHECK_OK(cl_backend_sync_params(be[k]));
+        }
+    double worst = 0;
+    for (int step = 0; step < 5; step++) {
+        double e = fabs(curve[1][step] - curve[0][step]);
+        double bound = 5e-2 * curve[0][step] + 2e-2;
+        worst = e / bound > worst ? e / bound : worst;
+    }
+    CHECK(worst <= 1);
+    CHECK(curve[1][4] < 0.8f * curve[1][0]);
+    double e_eval = -1, e_inf = -1, e_sync = -1;
+    /* lg[0]: O0 evaluation on O2's weights; lg[1]: O2's own. */
+    cl_backend_opts o0 = {0, 0}, o2 = {0, 2};
+    CHECK_OK(cl_backend_create(&f32, "onednn", &g[1], CL_PLAN_TRAIN, &o0));
+    CHECK_OK(cl_backend_create(&inf, "onednn", &g[1], CL_PLAN_INFER, &o2));
+    REQUIRE(f32 && inf);
+    CHECK_OK(cl_backend_set_input(f32, x, labels, NULL));
+    CHECK_OK(cl_backend_forward(f32, 0, NULL));
+    CHECK_OK(cl_backend_read(f32, g[1].logits, lg[0]));
+    CHECK_OK(cl_backend_forward(be[1], 0, NULL));
+    CHECK_OK(cl_backend_read(be[1], g[1].logits, lg[1]));
+    e_eval = rel_l2(lg[1], lg[0], nl);
+    CHECK(e_eval <= 5e-2);
+    CHECK_OK(cl_backend_set_input(inf, x, labels, NULL));
+    CHECK_OK(cl_backend_forward(inf, 0, NULL));
+    CHECK_OK(cl_backend_read(inf, g[1].logits, ls));
+    e_inf = rel_l2(ls, lg[0], nl);
+    CHECK(e_inf <= 5e-2);
+    /* SyncBN on bf16 activations (the split kernels, one rank). */
+    sum_hook h = {0, 0, 0};
+    CHECK_OK(cl_backend_create(&syn, "onednn", &g[1], CL_PLAN_TRAIN, &o2));
+    if (syn) {
+        syn->hooks.ctx = &h;
+        syn->hooks.allreduce_sum = hook_sum_one_rank;
+        CHECK_OK(cl_backend_set_input(syn, x, labels, NULL));
+        CHECK_OK(cl_backend_set_input(be[1], x, labels, NULL));
+        CHECK_OK(cl_backend_forward(syn, 1, NULL));
+        CHECK_OK(cl_backend_forward(be[1], 1, NULL));
+        CHECK_OK(cl_backend_read(syn, g[1].logits, ls));
+        CHECK_OK(cl_backend_read(be[1], g[1].logits, lg[1]));
+        e_sync = rel_l2(ls, lg[1], nl);
+        CHECK(h.calls > 0 && e_sync <= 1e-2);
+    }
+    fprintf(stderr,
+            "losses O0 %.4f %.4f %.4f %.4f %.4f, O2 %.4f %.4f %.4f %.4f %.4f "
+            "(worst step at %.3g of its bound); logits vs O0 evaluation: O2 "
+            "evaluation %.3g, O2 inference plan %.3g; O2 SyncBN (one rank) "
+            "vs O2 %.3g\n",
+            curve[0][0], curve[0][1], curve[0][2], curve[0][3], curve[0][4],
+            curve[1][0], curve[1][1], curve[1][2], curve[1][3], curve[1][4],
+            worst, e_eval, e_inf, e_sync);
+    cl_backend_destroy(syn);
+    cl_backend_destroy(inf);
+    cl_backend_destroy(f32);
+    for (int k = 0; k < 2; k++) {
+        cl_backend_destroy(be[k]);
+        cl_graph_free(&g[k]);
+        cl_free(mom[k]);
+        cl_free(lg[k]);
+    }
+    cl_free(x);
+    cl_free(ls);
+}
+
+/* The bf16 BN kernels compute exactly what the f32 ones compute on the
+ * same values widened, outputs rounded as cl_bf16_from_f32 rounds: bit
+ * for bit, for forward (with and without ReLU), the SyncBN sums and
+ * backward; one channel holds a NaN and one overflows past the bf16 range
+ * so the special cases of the rounding are covered too. */
+CL_TEST(bn_kernels_bf16_equal_f32_rounded)
+{
+    enum { N = 3, C = 48, HW = 7 * 5 };
+    const size_t n = (size_t)N * C * HW;
+    float *xf = cl_alloc(n * 4, "x"), *dyf = cl_alloc(n * 4, "dy");
+    float *yf = cl_alloc(n * 4, "y"), *dxf = cl_alloc(n * 4, "dx");
+    uint16_t *xb = cl_alloc(n * 2, "x"), *dyb = cl_alloc(n * 2, "dy");
+    uint16_t *yb = cl_alloc(n * 2, "y"), *dxb = cl_alloc(n * 2, "dx");
+    REQUIRE(xf && dyf && yf && dxf && xb && dyb && yb && dxb);
+    float gamma[C], beta[C], mf[C], vf[C], mb[C], vb[C];
+    float dgf[C], dbf[C], dgb[C], dbb[C];
+    double sf[2 * C], sb[2 * C];
+    cl_rng r;
+    cl_rng_init(&r, 99, 0);
+    for (size_t i = 0; i < n; i++) {
+        xb[i] = cl_bf16_from_f32(3.0f * cl_rng_uniform(&r) - 1.0f);
+        dyb[i] = cl_bf16_from_f32(cl_rng_uniform(&r) - 0.5f);
+    }
+    for (int c = 0; c < C; c++) {
+        gamma[c] = 0.5f + cl_rng_uniform(&r);
+        beta[c] = 0.2f * (cl_rng_uniform(&r) - 0.5f);
+    }
+    xb[5 * 16 + 3] = 0x7fc1; /* NaN in channel 3 of block 0 (sample 0) */
+    beta[17] = 3.4e38f;      /* y of channel 17 rounds to +inf in bf16 */
+    cl_f32_from_bf16_n(xf, xb, n);
+    cl_f32_from_bf16_n(dyf, dyb, n);
+    int bad = 0;
+    for (int relu = 0; relu < 2; relu++) {
+        cl_dnnl_bn_forward_train(yf, mf, vf, xf, gamma, beta, N, C, HW, 1e-5f,
+                                 relu, 0);
+        cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, N, C, HW, 1e-5f,
+                                 relu, 1);
+        bad += memcmp(mf, mb, sizeof mf) != 0 || memcmp(vf, vb, sizeof vf);
+        for (size_t i = 0; i < n; i++)
+            bad += yb[i] != cl_bf16_from_f32(yf[i]);
+        cl_dnnl_bn_forward_infer(yf, xf, gamma, beta, mf, vf, N, C, HW, 1e-5f,
+                                 relu, 0);
+        cl_dnnl_bn_forward_infer(yb, xb, gamma, beta, mf, vf, N, C, HW, 1e-5f,
+                                 relu, 1);
+        for (size_t i = 0; i < n; i++)
+            bad += yb[i] != cl_bf16_from_f32(yf[i]);
+        cl_dnnl_bn_backward(dxf, dgf, dbf, dyf, xf, mf, vf, gamma, beta, N, C,
+                            HW, 1e-5f, relu, 0);
+        cl_dnnl_bn_backward(dxb, dgb, dbb, dyb, xb, mf, vf, gamma, beta, N, C,
+                            HW, 1e-5f, relu, 1);
+        bad +=
+            memcmp(dgf, dgb, sizeof dgf) != 0 || memcmp(dbf, dbb, sizeof dbf);
+        for (size_t i = 0; i < n; i++)
+            bad += dxb[i] != cl_bf16_from_f32(dxf[i]);
+        cl_dnnl_bn_backward_sums(sf, sf + C, dyf, xf, mf, vf, gamma, beta, N, C,
+                                 HW, 1e-5f, relu, 0);
+        cl_dnnl_bn_backward_sums(sb, sb + C, dyb, xb, mf, vf, gamma, beta, N, C,
+                                 HW, 1e-5f, relu, 1);
+        bad += memcmp(sf, sb, sizeof sf) != 0;
+        cl_dnnl_bn_backward_dx(dxf, dyf, xf, mf, vf, gamma, beta, sf, sf + C,
+                               (double)N * HW, N, C, HW, 1e-5f, relu, 0);
+        cl_dnnl_bn_backward_dx(dxb, dyb, xb, mf, vf, gamma, beta, sf, sf + C,
+                               (double)N * HW, N, C, HW, 1e-5f, relu, 1);
+        for (size_t i = 0; i < n; i++)
+            bad += dxb[i] != cl_bf16_from_f32(dxf[i]);
+    }
+    cl_dnnl_bn_sums(sf, sf + C, xf, N, C, HW, 0);
+    cl_dnnl_bn_sums(sb, sb + C, xb, N, C, HW, 1);
+    bad += memcmp(sf, sb, sizeof sf) != 0;
+    CHECK(bad == 0);
+    /* The special cases were reached. */
+    CHECK(isnan(mf[3]) && isfinite(mf[4]));
+    cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, N, C, HW, 1e-5f, 0,
+                             1);
+    CHECK(yb[HW * 16 + 1] == 0x7f80); /* pixel 0 of channel 17: +inf */
+    cl_free(xf);
+    cl_free(dyf);
+    cl_free(yf);
+    cl_free(dxf);
+    cl_free(xb);
+    cl_free(dyb);
+    cl_free(yb);
+    cl_free(dxb);
+}
+
+/* amp levels the build cannot honour are refused by name. */
+CL_TEST(amp_unsupported)
+{
+    cl_graph g;
+    cl_backend *be = NULL;
+    REQUIRE_OK(cl_graph_init(&g, 2));
+    REQUIRE_OK(build_bn_relu(&g, 2));
+    cl_backend_opts o = {0, 2};
+    CHECK_ERR(cl_backend_create(&be, "ref", &g, CL_PLAN_TRAIN, &o),
+              CL_ERR_UNSUPPORTED, "amp_level O2 (bf16) runs on the onednn");
+    CHECK(be == NULL);
+    o.amp_level = 3;
+    CHECK_ERR(cl_backend_create(&be, "onednn", &g, CL_PLAN_TRAIN, &o),
+              CL_ERR_ARG, "amp level 3");
+    cl_graph_free(&g);
 }
 
 CL_TEST(bad_input)

@@ -31,6 +31,12 @@ cl_status cl_backend_create(cl_backend **out, const char *name, cl_graph *g,
                         "backend %s: threads %d (expected >= 0) or amp level "
                         "%d (expected 0..2) out of range",
                         vt->name, opts->threads, opts->amp_level);
+    if (vt == &cl_backend_ref_vtbl && opts && opts->amp_level > 0)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "backend ref: amp_level O%d (bf16) runs on the "
+                        "onednn backend only; ref, the f32 oracle, needs "
+                        "amp_level O0",
+                        opts->amp_level);
     cl_backend *be = cl_alloc_zero(sizeof *be, "backend");
     if (!be)
         return CL_ERR_NOMEM;

@@ -29,11 +29,13 @@
 #include "backend/backend.h"
 #include "backend/onednn_arena.h"
 #include "backend/onednn_bn.h"
+#include "backend/onednn_info.h"
 #include "core/error.h"
 #include "core/mem.h"
 
-/* The data type of activations, weights and gradients, in one place so
- * that bf16 can be added by amp level. */
+/* Parameters, their gradients, BN statistics, the logits and the loss are
+ * f32 at every amp level; activations, their gradients and the weight
+ * copies the primitives read are f32 or bf16 (see conv_dt, act_dt). */
 #define DN_DT dnnl_f32
 
 enum { DN_MAX_ARGS = 12 };
@@ -89,6 +91,8 @@ typedef struct dn_tensor {
     int has_md;    /* md is set */
     int clobbered; /* value overwritten or never materialised */
     dnnl_memory_desc_t md;
+    int cast;                   /* the value in the other type, or -1 */
+    dnnl_memory_desc_t cast_md; /* its md: md with the other data type */
 } dn_tensor;
 
 typedef struct dn_node {
@@ -106,6 +110,9 @@ typedef struct dn_node {
     int own_bn;        /* BN runs as onednn_bn.c loops, not a primitive */
     double count;      /* BN: samples of the last training forward's
                           statistics (all ranks' with SyncBatchNorm) */
+    int src;           /* conv / linear: the store the forward reads as
+                          src (a bf16 copy under amp), for backward */
+    dnnl_memory_desc_t src_md;
 } dn_node;
 
 typedef struct dn_ctx {
@@ -144,6 +151,7 @@ typedef struct dn_ctx {
     double *sync_sums;
     int max_bn_channels;
     int prim_bn;
+    int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
 } dn_ctx;
 
 /* ---- errors and small helpers ------------------------------------------- */
@@ -151,6 +159,12 @@ typedef struct dn_ctx {
 static cl_status dn_fail(const dn_ctx *d, dnnl_status_t s, int node,
                          const char *what)
 {
+    if (d->amp && s == dnnl_unimplemented)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "%s: dnnl %s: %s for bf16 (amp_level O%d) on this "
+                        "CPU (oneDNN isa %s); amp_level O0 runs in f32",
+                        node >= 0 ? d->g->nodes[node].name : "graph", what,
+                        dnnl_status2str(s), d->amp, cl_dnnl_isa_name());
     return cl_error(CL_ERR_BACKEND, "%s: dnnl %s: %s",
                     node >= 0 ? d->g->nodes[node].name : "graph", what,
                     dnnl_status2str(s));
@@ -253,11 +267,26 @@ static void md_plain(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims)
     CL_ASSERT(s == dnnl_success);
 }
 
-static void md_any(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims)
+static void md_any(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
+                   dnnl_data_type_t dt)
 {
     dnnl_status_t s =
-        dnnl_memory_desc_init_by_tag(md, nd, dims, DN_DT, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(md, nd, dims, dt, dnnl_format_tag_any);
     CL_ASSERT(s == dnnl_success);
+}
+
+/* md with another element type, the layout (strides in elements) kept. */
+static dnnl_memory_desc_t md_as(const dnnl_memory_desc_t *md,
+                                dnnl_data_type_t dt)
+{
+    dnnl_memory_desc_t r = *md;
+    r.data_type = dt;
+    return r;
+}
+
+static int md_bf16(const dnnl_memory_desc_t *md)
+{
+    return md->data_type == dnnl_bf16;
 }
 
 /* The plain md with the same dims as md. */
@@ -696,6 +725,88 @@ static dn_list *fwd_list(dn_ctx *d, int k)
     return k == 0 ? &d->fwd_train : &d->fwd_eval;
 }
 
+/* ---- mixed precision ------------------------------------------------------
+ *
+ * amp_level O1: convolutions and inner products read bf16 src and weights
+ * (their inputs are cast, their outputs stay f32); O2: convolutions also
+ * write bf16, and BN, ReLU, add and pooling then run on bf16 (each op
+ * keeps its input's type), so activations and their gradients are bf16
+ * from the first convolution to the logits, which the inner product writes
+ * in f32 for the loss.  oneDNN accumulates in f32 inside every primitive
+ * and writes weight gradients in f32 straight to the grad arena; BN keeps
+ * its statistics and parameters in f32 (onednn_bn.c). */
+
+/* Type of the src and weights of convolutions and inner products. */
+static dnnl_data_type_t conv_dt(const dn_ctx *d)
+{
+    return d->amp >= 1 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* Type of a convolution's output. */
+static dnnl_data_type_t act_dt(const dn_ctx *d)
+{
+    return d->amp >= 2 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* The value of tensor x in type dt for node i: x's own store when it has
+ * that type, else a copy made by a reorder just before node i in each
+ * forward list, shared by every later reader (and by backward). */
+static cl_status value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
+                          dnnl_memory_desc_t *md, int *store)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    dn_tensor *t = &d->t[rep(d, x)];
+    if (t->md.data_type == dt) {
+        *md = t->md;
+        *store = t->store;
+        return CL_OK;
+    }
+    if (t->cast < 0) {
+        t->cast_md = md_as(&t->md, dt);
+        TRY(md_store(d, &t->cast_md, &t->cast));
+        TRY(reorder_make(d, i, "precision cast", &t->md, &t->cast_md, &pd,
+                         &prim));
+        for (int k = 0; k < n_fwd_lists(d); k++) {
+            TRY(step_prim(d, fwd_list(d, k), i, "precision cast", i, pd, prim,
+                          &s));
+            arg_store(d, s, DNNL_ARG_FROM, t->store, &t->md);
+            arg_store(d, s, DNNL_ARG_TO, t->cast, &t->cast_md);
+        }
+    }
+    *md = t->cast_md;
+    *store = t->cast;
+fail:
+    return st;
+}
+
+/* Gradient store ds (md) in type dt for node i's backward: ds itself, or
+ * a copy made by a reorder at that time. */
+static cl_status grad_as(dn_ctx *d, int i, int ds, const dnnl_memory_desc_t *md,
+                         dnnl_data_type_t dt, dnnl_memory_desc_t *out,
+                         int *store)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    *out = *md;
+    *store = ds;
+    if (md->data_type == dt)
+        return CL_OK;
+    *out = md_as(md, dt);
+    TRY(md_store(d, out, store));
+    TRY(reorder_make(d, i, "gradient precision cast", md, out, &pd, &prim));
+    TRY(step_prim(d, &d->bwd, i, "gradient precision cast", tb(d, i), pd, prim,
+                  &s));
+    arg_store(d, s, DNNL_ARG_FROM, ds, md);
+    arg_store(d, s, DNNL_ARG_TO, *store, out);
+fail:
+    return st;
+}
+
 /* A weight copy in layout md refreshed from src (plain) by a sync step. */
 static cl_status weight_copy(dn_ctx *d, int node, const char *what,
                              const dnnl_memory_desc_t *plain, void *src,
@@ -772,22 +883,23 @@ static cl_status plan_conv_fwd(dn_ctx *d, int i)
     int has_bias = a->has_bias || fold;
     const dnnl_memory_desc_t *xin = in_md(d, n->in[0]);
 
+    int src = -1;
     dims_of(&gt(d, n->in[0])->shape, sdims);
     dims_of(&gt(d, n->out)->shape, ddims);
     int wnd = conv_wdims(d, i, wdims);
     conv_geometry(d, i, strides, dil, pl, pr);
     if (xin)
-        smd = *xin;
+        TRY(value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
     else
-        md_any(&smd, 4, sdims);
-    md_any(&wmd, wnd, wdims);
+        md_any(&smd, 4, sdims, conv_dt(d));
+    md_any(&wmd, wnd, wdims, conv_dt(d));
     md_plain(&wplain, wnd, wdims);
     md_1d(&bmd, a->out_ch);
     if (x->sum >= 0) {
         TRY(ensure_input_md(d, x->sum));
         dmd = *in_md(d, x->sum);
     } else
-        md_any(&dmd, 4, ddims);
+        md_any(&dmd, 4, ddims, act_dt(d));
     DN(dnnl_dilated_convolution_forward_desc_init(
            &cd, infer ? dnnl_forward_inference : dnnl_forward_training,
            dnnl_convolution_direct, &smd, &wmd, has_bias ? &bmd : NULL, &dmd,
@@ -801,7 +913,10 @@ static cl_status plan_conv_fwd(dn_ctx *d, int i)
     if (!xin) {
         smd = qmd(pd, dnnl_query_src_md, 0);
         TRY(set_md(d, n->in[0], &smd, -1));
+        src = d->t[rep(d, n->in[0])].store;
     }
+    x->src = src;
+    x->src_md = smd;
     dmd = qmd(pd, dnnl_query_dst_md, 0);
     TRY(set_md(d, n->out, &dmd, x->sum >= 0 ? d->t[rep(d, x->sum)].store : -1));
     x->w_md = qmd(pd, dnnl_query_weights_md, 0);
@@ -824,7 +939,7 @@ static cl_status plan_conv_fwd(dn_ctx *d, int i)
     for (int k = 0; k < n_fwd_lists(d); k++) {
         TRY(step_prim(d, fwd_list(d, k), i, "convolution forward", i, pd, prim,
                       &s));
-        arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store, &smd);
+        arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
         if (fold)
             arg_ext(s, DNNL_ARG_BIAS, x->bias, &bmd);
@@ -839,14 +954,16 @@ fail:
     return st;
 }
 
-/* Whether md is nChw16c f32 with whole channel blocks (no padding). */
+/* Whether md is nChw16c f32 or bf16 with whole channel blocks (no
+ * padding). */
 static int own_bn_fits(const dnnl_memory_desc_t *md)
 {
     dnnl_memory_desc_t blk;
-    if (md->ndims != 4 || md->dims[1] % 16 != 0)
+    if (md->ndims != 4 || md->dims[1] % 16 != 0 ||
+        (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16))
         return 0;
-    if (dnnl_memory_desc_init_by_tag(&blk, 4, md->dims, DN_DT, dnnl_nChw16c) !=
-        dnnl_success)
+    if (dnnl_memory_desc_init_by_tag(&blk, 4, md->dims, md->data_type,
+                                     dnnl_nChw16c) != dnnl_success)
         return 0;
     return md_eq(&blk, md);
 }
@@ -1009,7 +1126,7 @@ static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
         pr[0] = (ddims[2] - 1) * a->sh + a->kh - xs->d[2] - a->ph;
         pr[1] = (ddims[3] - 1) * a->sw + a->kw - xs->d[3] - a->pw;
     }
-    md_any(&dmd, 4, ddims);
+    md_any(&dmd, 4, ddims, smd.data_type);
     DN(dnnl_pooling_forward_desc_init(
            &pdsc,
            d->mode == CL_PLAN_TRAIN ? dnnl_forward_training
@@ -1058,7 +1175,11 @@ static cl_status plan_linear_fwd(dn_ctx *d, int i)
     dn_step *s;
     dnnl_dims_t wdims, ddims = {g->batch, a->out_features};
     TRY(ensure_input_md(d, n->in[0]));
-    dnnl_memory_desc_t smd = *in_md(d, n->in[0]), wmd, wplain, bmd, dmd;
+    dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd;
+    int src;
+    TRY(value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
+    x->src = src;
+    x->src_md = smd;
     int64_t in = 1;
     for (int k = 1; k < smd.ndims; k++)
         in *= smd.dims[k];
@@ -1069,10 +1190,10 @@ static cl_status plan_linear_fwd(dn_ctx *d, int i)
         goto fail;
     }
     linear_wdims(d, i, &smd, wdims);
-    md_any(&wmd, smd.ndims, wdims);
+    md_any(&wmd, smd.ndims, wdims, conv_dt(d));
     md_plain(&wplain, smd.ndims, wdims);
     md_1d(&bmd, a->out_features);
-    md_plain(&dmd, 2, ddims);
+    md_plain(&dmd, 2, ddims); /* f32 logits at every amp level */
     DN(dnnl_inner_product_forward_desc_init(
            &ipd,
            d->mode == CL_PLAN_TRAIN ? dnnl_forward_training
@@ -1089,7 +1210,7 @@ static cl_status plan_linear_fwd(dn_ctx *d, int i)
     for (int k = 0; k < n_fwd_lists(d); k++) {
         TRY(step_prim(d, fwd_list(d, k), i, "inner product forward", i, pd,
                       prim, &s));
-        arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store, &smd);
+        arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
         if (a->has_bias)
             arg_ext(s, DNNL_ARG_BIAS, cl_graph_param(g, n->param[1]), &bmd);
@@ -1113,6 +1234,12 @@ static cl_status plan_add_fwd(dn_ctx *d, int i)
     TRY(ensure_input_md(d, a0));
     TRY(ensure_input_md(d, a1));
     dnnl_memory_desc_t m0 = *in_md(d, a0), m1 = *in_md(d, a1);
+    if (m0.data_type != m1.data_type)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "%s: add of an f32 and a bf16 tensor (amp_level O%d "
+                        "gives both inputs of an add the same type in a "
+                        "ResNet; this graph mixes them)",
+                        n->name, d->amp);
     DN(dnnl_binary_desc_init(&bd, dnnl_binary_add, &m0, &m1, &m0), i,
        "binary add descriptor");
     TRY(attr_post(d, 0, x->relu, &attr));
@@ -1305,21 +1432,28 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     dnnl_primitive_t prim;
     dn_step *s;
     dnnl_dims_t wdims, strides, dil, pl, pr;
-    dnnl_memory_desc_t wany, wplain, bmd, dwmd;
-    int dy, tmp, tgt, acc;
-    int xs = d->t[rep(d, n->in[0])].store;
-    const dnnl_memory_desc_t *smd = in_md(d, n->in[0]);
+    dnnl_memory_desc_t wany, wf32, wplain, bmd, dwmd, dyc_md;
+    int dy, dyc, tmp, tgt, acc;
+    /* src as the forward read it (bf16 under amp); dx in the input's own
+     * type and layout; dy and the weights in the compute type. */
+    int xs = x->src;
+    const dnnl_memory_desc_t *smd = &x->src_md;
+    const dnnl_memory_desc_t *dxmd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = &d->t[rep(d, n->out)].md;
     float *w = cl_graph_param(g, n->param[0]);
     TRY(out_grad(d, i, &dy));
+    TRY(grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
+    dmd = &dyc_md;
+    dy = dyc;
     int wnd = conv_wdims(d, i, wdims);
     conv_geometry(d, i, strides, dil, pl, pr);
-    md_any(&wany, wnd, wdims);
+    md_any(&wany, wnd, wdims, conv_dt(d));
+    md_any(&wf32, wnd, wdims, dnnl_f32); /* weight gradients stay f32 */
     md_plain(&wplain, wnd, wdims);
     md_1d(&bmd, a->out_ch);
 
     DN(dnnl_dilated_convolution_backward_weights_desc_init(
-           &cd, dnnl_convolution_direct, smd, &wany, a->has_bias ? &bmd : NULL,
+           &cd, dnnl_convolution_direct, smd, &wf32, a->has_bias ? &bmd : NULL,
            dmd, strides, dil, pl, pr),
        i, "convolution backward weights descriptor");
     TRY(prim_make(d, i, "convolution backward weights", &cd, NULL, x->fwd_pd,
@@ -1342,7 +1476,8 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     if (tgt < 0)
         return CL_OK;
     DN(dnnl_dilated_convolution_backward_data_desc_init(
-           &cd, dnnl_convolution_direct, smd, &wany, dmd, strides, dil, pl, pr),
+           &cd, dnnl_convolution_direct, dxmd, &wany, dmd, strides, dil, pl,
+           pr),
        i, "convolution backward data descriptor");
     TRY(prim_make(d, i, "convolution backward data", &cd, NULL, x->fwd_pd, &pd,
                   &prim));
@@ -1353,7 +1488,7 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
                   prim, &s));
     arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
     arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, smd);
+    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, dxmd);
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
 fail:
@@ -1521,26 +1656,33 @@ static cl_status plan_linear_bwd(dn_ctx *d, int i)
     dnnl_primitive_t prim;
     dn_step *s;
     dnnl_dims_t wdims;
-    dnnl_memory_desc_t wany, wplain, bmd, dwmd;
-    int dy, tmp, tgt, acc;
-    const dnnl_memory_desc_t *smd = in_md(d, n->in[0]);
+    dnnl_memory_desc_t wany, wf32, wplain, bmd, dwmd, dyc_md;
+    int dy, dyc, tmp, tgt, acc;
+    /* As for convolutions: src as read by forward, dx in the input's type,
+     * dy (f32 from the loss) cast to the compute type. */
+    const dnnl_memory_desc_t *smd = &x->src_md;
+    const dnnl_memory_desc_t *dxmd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = in_md(d, n->out);
     float *w = cl_graph_param(g, n->param[0]);
     TRY(out_grad(d, i, &dy));
+    TRY(grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
+    dmd = &dyc_md;
+    dy = dyc;
     linear_wdims(d, i, smd, wdims);
-    md_any(&wany, smd->ndims, wdims);
+    md_any(&wany, smd->ndims, wdims, conv_dt(d));
+    md_any(&wf32, smd->ndims, wdims, dnnl_f32);
     md_plain(&wplain, smd->ndims, wdims);
     md_1d(&bmd, a->out_features);
 
     DN(dnnl_inner_product_backward_weights_desc_init(
-           &ipd, smd, &wany, a->has_bias ? &bmd : NULL, dmd),
+           &ipd, smd, &wf32, a->has_bias ? &bmd : NULL, dmd),
        i, "inner product backward weights descriptor");
     TRY(prim_make(d, i, "inner product backward weights", &ipd, NULL, x->fwd_pd,
                   &pd, &prim));
     dwmd = qmd(pd, dnnl_query_diff_weights_md, 0);
     TRY(step_prim(d, &d->bwd, i, "inner product backward weights", tb(d, i), pd,
                   prim, &s));
-    arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store, smd);
+    arg_store(d, s, DNNL_ARG_SRC, x->src, smd);
     arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
     float *gw = cl_graph_grad(g, n->param[0]);
     TRY(diff_weights(d, i, s, &dwmd, &wplain, gw, &tmp));
@@ -1554,7 +1696,7 @@ static cl_status plan_linear_bwd(dn_ctx *d, int i)
     TRY(grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
-    DN(dnnl_inner_product_backward_data_desc_init(&ipd, smd, &wany, dmd), i,
+    DN(dnnl_inner_product_backward_data_desc_init(&ipd, dxmd, &wany, dmd), i,
        "inner product backward data descriptor");
     TRY(prim_make(d, i, "inner product backward data", &ipd, NULL, x->fwd_pd,
                   &pd, &prim));
@@ -1565,7 +1707,7 @@ static cl_status plan_linear_bwd(dn_ctx *d, int i)
                   prim, &s));
     arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
     arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, smd);
+    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, dxmd);
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
 fail:
@@ -1757,9 +1899,9 @@ static void fold_bn(dn_ctx *d, const dn_step *s)
 /* SyncBatchNorm forward of an own-BN node: local sums, the hook adds them
  * (and the sample count) over all ranks, then every rank normalises with
  * the global mean and biased variance, which the mean / var stores keep
- * for backward and the running-statistics step. */
-static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, float **p, int N,
-                                 int C, int64_t HW)
+ * for backward and the running-statistics step.  p: src, dst, mean, var. */
+static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p, int N,
+                                 int C, int64_t HW, int bf)
 {
     const cl_backend_hooks *h = &d->be->hooks;
     cl_graph *g = d->g;
@@ -1767,7 +1909,7 @@ static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, float **p, int N,
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
     double *v = d->sync_sums;
     float *mean = p[2], *var = p[3];
-    cl_dnnl_bn_sums(v, v + C, p[0], N, C, HW);
+    cl_dnnl_bn_sums(v, v + C, p[0], N, C, HW, bf);
     v[2 * C] = (double)N * (double)HW;
     cl_status st = h->allreduce_sum(h->ctx, v, 2 * C + 1);
     if (st != CL_OK)
@@ -1781,15 +1923,16 @@ static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, float **p, int N,
     d->nd[s->node].count = M;
     cl_dnnl_bn_forward_infer(p[1], p[0], cl_graph_param(g, n->param[0]),
                              cl_graph_param(g, n->param[1]), mean, var, N, C,
-                             HW, a->eps, d->nd[s->node].relu);
+                             HW, a->eps, d->nd[s->node].relu, bf);
     return CL_OK;
 }
 
 /* SyncBatchNorm backward: dgamma and dbeta are this rank's sums (param
  * gradients are averaged over ranks like any other); dx needs the global
- * sums of dy and dy * xhat over the forward's global count. */
-static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, float **p, int N,
-                                 int C, int64_t HW)
+ * sums of dy and dy * xhat over the forward's global count.  p: dx, dy,
+ * x, mean, var. */
+static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p, int N,
+                                 int C, int64_t HW, int bf)
 {
     const cl_backend_hooks *h = &d->be->hooks;
     cl_graph *g = d->g;
@@ -1802,7 +1945,7 @@ static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, float **p, int N,
     int relu = d->nd[s->node].relu;
     double *v = d->sync_sums;
     cl_dnnl_bn_backward_sums(v, v + C, p[1], p[2], p[3], p[4], gamma, beta, N,
-                             C, HW, a->eps, relu);
+                             C, HW, a->eps, relu, bf);
     for (int c = 0; c < C; c++) {
         dbeta[c] = (float)v[c];
         dgamma[c] = (float)v[C + c];
@@ -1811,11 +1954,12 @@ static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, float **p, int N,
     if (st != CL_OK)
         return cl_error_wrap(st, "%s: SyncBatchNorm backward: ", n->name);
     cl_dnnl_bn_backward_dx(p[0], p[1], p[2], p[3], p[4], gamma, beta, v, v + C,
-                           d->nd[s->node].count, N, C, HW, a->eps, relu);
+                           d->nd[s->node].count, N, C, HW, a->eps, relu, bf);
     return CL_OK;
 }
 
-/* The onednn_bn.c loops of a BN step; with the allreduce_sum hook the
+/* The onednn_bn.c loops of a BN step, on f32 or bf16 activations (the
+ * type of the step's first argument); with the allreduce_sum hook the
  * training forward and the backward are split at their per-channel sums
  * (SyncBatchNorm), else they run fused in one pass per block. */
 static cl_status own_bn(dn_ctx *d, const dn_step *s)
@@ -1829,26 +1973,27 @@ static cl_status own_bn(dn_ctx *d, const dn_step *s)
     const float *gamma = cl_graph_param(g, n->param[0]);
     const float *beta = cl_graph_param(g, n->param[1]);
     const int sync = d->be->hooks.allreduce_sum != NULL;
+    const int bf = md_bf16(&s->args[0].md);
     int relu = d->nd[s->node].relu;
-    float *p[5] = {NULL, NULL, NULL, NULL, NULL};
+    void *p[5] = {NULL, NULL, NULL, NULL, NULL};
     for (int k = 0; k < s->nargs && k < 5; k++)
         p[k] = arg_ptr(d, &s->args[k]);
     if (s->kind == STEP_BN_FWD) {
         if (sync)
-            return own_bn_sync_fwd(d, s, p, N, C, HW);
+            return own_bn_sync_fwd(d, s, p, N, C, HW, bf);
         cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, N, C, HW,
-                                 a->eps, relu);
+                                 a->eps, relu, bf);
         d->nd[s->node].count = (double)N * (double)HW;
     } else if (s->kind == STEP_BN_INFER) {
         cl_dnnl_bn_forward_infer(
             p[1], p[0], gamma, beta, cl_graph_buffer(g, n->buf[0]),
-            cl_graph_buffer(g, n->buf[1]), N, C, HW, a->eps, relu);
+            cl_graph_buffer(g, n->buf[1]), N, C, HW, a->eps, relu, bf);
     } else if (sync) {
-        return own_bn_sync_bwd(d, s, p, N, C, HW);
+        return own_bn_sync_bwd(d, s, p, N, C, HW, bf);
     } else {
         cl_dnnl_bn_backward(p[0], cl_graph_grad(g, n->param[0]),
                             cl_graph_grad(g, n->param[1]), p[1], p[2], p[3],
-                            p[4], gamma, beta, N, C, HW, a->eps, relu);
+                            p[4], gamma, beta, N, C, HW, a->eps, relu, bf);
     }
     return CL_OK;
 }
@@ -2044,6 +2189,7 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->g = g;
     d->mode = mode;
     d->prim_bn = -1;
+    d->amp = be->opts.amp_level;
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
     dn_ftz();
@@ -2074,12 +2220,12 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     }
     for (int t = 0; t < g->n_tensors; t++) {
         d->t[t].rep = t;
-        d->t[t].store = d->t[t].dstore = -1;
+        d->t[t].store = d->t[t].dstore = d->t[t].cast = -1;
         d->lastc[t] = -1;
     }
     for (int i = 0; i < g->n_nodes; i++) {
         d->nd[i].bn = d->nd[i].sum = -1;
-        d->nd[i].mean = d->nd[i].var = d->nd[i].ws = -1;
+        d->nd[i].mean = d->nd[i].var = d->nd[i].ws = d->nd[i].src = -1;
         for (int a = 0; a < g->nodes[i].n_in; a++) {
             int x = g->nodes[i].in[a];
             d->ncons[x]++;

@@ -15,44 +15,45 @@
 
 #include <stdint.h>
 
-/* x, y: (N, C/16, HW, 16), C a multiple of 16.  mean, var: (C) batch mean
- * and biased variance (out).  relu != 0 writes max(y, 0). */
-void cl_dnnl_bn_forward_train(float *y, float *mean, float *var, const float *x,
+/* x, y: (N, C/16, HW, 16), C a multiple of 16, f32 or (bf16 != 0) bf16
+ * as uint16_t; dx, dy likewise.  mean, var: (C) batch mean and biased
+ * variance (out); gamma, beta and their gradients: (C) f32.  relu != 0
+ * writes max(y, 0). */
+void cl_dnnl_bn_forward_train(void *y, float *mean, float *var, const void *x,
                               const float *gamma, const float *beta, int N,
-                              int C, int64_t HW, float eps, int relu);
+                              int C, int64_t HW, float eps, int relu, int bf16);
 /* SyncBatchNorm forward, first part: this process's per-channel sum x and
  * sum x^2 (C each), to be summed over all ranks; the sum of squares is
  * accumulated around the local mean, so the cancellation of
  * E[x^2] - mean^2 happens only once, in double, on the global sums. */
-void cl_dnnl_bn_sums(double *sum, double *sumsq, const float *x, int N, int C,
-                     int64_t HW);
+void cl_dnnl_bn_sums(double *sum, double *sumsq, const void *x, int N, int C,
+                     int64_t HW, int bf16);
 /* Normalises with the given statistics (running ones for inference, the
  * global batch ones for SyncBatchNorm). */
-void cl_dnnl_bn_forward_infer(float *y, const float *x, const float *gamma,
+void cl_dnnl_bn_forward_infer(void *y, const void *x, const float *gamma,
                               const float *beta, const float *mean,
                               const float *var, int N, int C, int64_t HW,
-                              float eps, int relu);
+                              float eps, int relu, int bf16);
 /* Backward of the training forward; with relu, dy is the gradient of the
  * ReLU output and the mask is recomputed from x.  dx may not alias dy. */
-void cl_dnnl_bn_backward(float *dx, float *dgamma, float *dbeta,
-                         const float *dy, const float *x, const float *mean,
-                         const float *var, const float *gamma,
-                         const float *beta, int N, int C, int64_t HW, float eps,
-                         int relu);
+void cl_dnnl_bn_backward(void *dx, float *dgamma, float *dbeta, const void *dy,
+                         const void *x, const float *mean, const float *var,
+                         const float *gamma, const float *beta, int N, int C,
+                         int64_t HW, float eps, int relu, int bf16);
 /* SyncBatchNorm backward, first part: this process's per-channel sums of
  * dy and of dy * xhat (dy masked by the fused ReLU), to be summed over all
  * ranks; they are also this process's dbeta and dgamma. */
 void cl_dnnl_bn_backward_sums(double *sum_dy, double *sum_dy_xhat,
-                              const float *dy, const float *x,
-                              const float *mean, const float *var,
-                              const float *gamma, const float *beta, int N,
-                              int C, int64_t HW, float eps, int relu);
+                              const void *dy, const void *x, const float *mean,
+                              const float *var, const float *gamma,
+                              const float *beta, int N, int C, int64_t HW,
+                              float eps, int relu, int bf16);
 /* Second part: dx from the global sums and the global sample count. */
-void cl_dnnl_bn_backward_dx(float *dx, const float *dy, const float *x,
+void cl_dnnl_bn_backward_dx(void *dx, const void *dy, const void *x,
                             const float *mean, const float *var,
                             const float *gamma, const float *beta,
                             const double *sum_dy, const double *sum_dy_xhat,
                             double count, int N, int C, int64_t HW, float eps,
-                            int relu);
+                            int relu, int bf16);
 
 #endif
