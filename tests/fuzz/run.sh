@@ -3,7 +3,8 @@
 # the other).  New inputs go to $FUZZ_WORK/<target>/ (not the committed
 # corpus); crashes to $FUZZ_WORK/crashes/; a summary line per target
 # (executions, coverage, crashes) is printed at the end.
-# BUILD (default build-fuzz) must hold a CL_FUZZ=ON tree.
+# BUILD (default build-fuzz) must hold a CL_FUZZ=ON tree; FUZZ_SEED and
+# FUZZ_TIMEOUT (default 10 s per input) are passed to libFuzzer.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -24,7 +25,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   log="$work/$t.log"
   # rss/malloc limits: a hostile header must not make us allocate 2 GB.
-  "$bin" -max_total_time="$secs" -seed="${FUZZ_SEED:-0}" -timeout=10 \
+  # FUZZ_TIMEOUT: seconds one input may take (on a machine busy with other
+  # work, a nice 19 fuzzer can go 10 s without the CPU: raise it there).
+  "$bin" -max_total_time="$secs" -seed="${FUZZ_SEED:-0}" \
+    -timeout="${FUZZ_TIMEOUT:-10}" \
     -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -print_final_stats=1 \
     -artifact_prefix="$work/crashes/$t-" "$work/$t" "$here/corpus/$t" \
