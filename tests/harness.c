@@ -119,6 +119,19 @@ const char *cl_test_classic_bin(void)
     return b && b[0] ? b : CL_BINARY_DIR "/classic";
 }
 
+const char *cl_test_mpirun(void)
+{
+    static char cmd[1400];
+    if (!cmd[0])
+        snprintf(cmd, sizeof cmd,
+                 "mpirun --mca orte_tmpdir_base '%s' --oversubscribe "
+                 "--allow-run-as-root --mca btl self,vader "
+                 "--mca btl_vader_single_copy_mechanism none "
+                 "--mca plm_rsh_agent false ",
+                 cl_test_tmpdir());
+    return cmd;
+}
+
 char cl_test_out[CL_TEST_OUT_MAX];
 
 int cl_test_classic(const char *args)

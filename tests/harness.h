@@ -46,6 +46,12 @@ int cl_test_classic_start(const char *args, const char *log,
  * returned. */
 int cl_test_wait(int pid, double timeout_s);
 
+/* "mpirun <flags> ": the flags this sandbox needs (root, no ssh, no
+ * ptrace: docs/distributed.md) and Open MPI's session directory inside this
+ * test's tmpdir, since concurrent mpiruns sharing /tmp/ompi.<host>.<uid>
+ * race to create it. */
+const char *cl_test_mpirun(void);
+
 /* The step and loss of every "train" line of a metrics.jsonl, in order, at
  * most max; -1 if the file cannot be opened. */
 int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max);

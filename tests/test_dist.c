@@ -19,13 +19,6 @@
 #include "dist/dist.h"
 #include "harness.h"
 
-/* What works in this sandbox (root, no ssh, containers without ptrace):
- * see docs/distributed.md. */
-#define MPIRUN                                                                 \
-    "timeout 60 mpirun --oversubscribe --allow-run-as-root "                   \
-    "--mca btl self,vader --mca btl_vader_single_copy_mechanism none "         \
-    "--mca plm_rsh_agent false"
-
 static int under_mpirun(void)
 {
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
@@ -42,8 +35,8 @@ static int spawn(const char *name, int np, const char *log, double *secs)
         return -2;
     self[k] = '\0';
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, MPIRUN " -np %d '%s' %s > '%s' 2>&1", np, self,
-             name, log);
+    snprintf(cmd, sizeof cmd, "timeout 60 %s-np %d '%s' %s > '%s' 2>&1",
+             cl_test_mpirun(), np, self, name, log);
     double t0 = cl_time_now();
     int rc = cl_test_run(cmd);
     *secs = cl_time_now() - t0;

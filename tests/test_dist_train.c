@@ -31,16 +31,11 @@
 #include "dist/dist.h"
 #include "graph/graph.h"
 #include "harness.h"
-#include "io/json.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
 
-/* See docs/distributed.md: what works in this sandbox (root, no ssh,
- * containers without ptrace).  Every rank gets one OpenMP thread. */
-#define MPIRUN                                                                 \
-    "mpirun --oversubscribe --allow-run-as-root "                              \
-    "--mca btl self,vader --mca btl_vader_single_copy_mechanism none "         \
-    "--mca plm_rsh_agent false -x OMP_NUM_THREADS=1 -np 2 "
+/* Two ranks of one OpenMP thread each, after cl_test_mpirun(). */
+#define RANKS2 "-x OMP_NUM_THREADS=1 -np 2 "
 
 /* resnet18, ImageNet stem at 32x32, gray, no augmentation, the first
  * samples in file order, a constant lr, a print (and a JSONL line) every
@@ -51,12 +46,6 @@
     "--num_parallel_workers 1 --mean 0.286 --std 0.353 --seed 7 "              \
     "--shuffle false --scheduler constant --warmup_epochs 0 --lr 0.01 "        \
     "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 1 "
-
-static const char *bin(void)
-{
-    const char *b = getenv("CLASSIC_BIN");
-    return b ? b : CL_BINARY_DIR "/classic";
-}
 
 static int under_mpirun(void)
 {
@@ -80,9 +69,9 @@ static int classic(int np, const char *args, double *secs)
 {
     char cmd[4096];
     const char *log = cl_test_path("classic.out");
-    snprintf(cmd, sizeof cmd, "%s%s %s >%s 2>&1",
-             np > 1 ? "timeout 90 " MPIRUN : "OMP_NUM_THREADS=1 timeout 90 ",
-             bin(), args, log);
+    snprintf(cmd, sizeof cmd, "%stimeout 90 %s%s%s %s >%s 2>&1",
+             np > 1 ? "" : "OMP_NUM_THREADS=1 ", np > 1 ? cl_test_mpirun() : "",
+             np > 1 ? RANKS2 : "", cl_test_classic_bin(), args, log);
     double t0 = cl_time_now();
     int rc = cl_test_run(cmd);
     if (secs)
@@ -98,29 +87,6 @@ static int classic_ok(int np, const char *args)
         fprintf(stderr, "classic (np %d) %s -> %d:\n%s\n", np, args, rc,
                 out_buf);
     return rc == 0;
-}
-
-/* The "loss" of every train line of a metrics.jsonl, in order. */
-static int read_losses(const char *path, double *loss, int max)
-{
-    FILE *f = fopen(path, "r");
-    char line[4096];
-    int n = 0;
-    if (!f)
-        return -1;
-    while (n < max && fgets(line, sizeof line, f)) {
-        cl_json_doc *doc = NULL;
-        if (cl_json_parse(&doc, line, strlen(line), NULL, path) != CL_OK)
-            continue;
-        const cl_json *r = cl_json_root(doc);
-        const cl_json *k = cl_json_get(r, "kind");
-        const cl_json *l = cl_json_get(r, "loss");
-        if (k && strcmp(k->str, "train") == 0 && l)
-            loss[n++] = l->num;
-        cl_json_free(doc);
-    }
-    fclose(f);
-    return n;
 }
 
 /* How far two checkpoints are from numpy's allclose(a, b, rtol, atol)
@@ -193,9 +159,11 @@ static double compare_runs(const char *dir_a, const char *dir_b, int steps,
 {
     char pa[1024], pb[1024], worst[256] = "";
     double la[64], lb[64];
+    int64_t sa[64], sb[64];
     snprintf(pa, sizeof pa, "%s/metrics.jsonl", dir_a);
     snprintf(pb, sizeof pb, "%s/metrics.jsonl", dir_b);
-    int na = read_losses(pa, la, 64), nb = read_losses(pb, lb, 64);
+    int na = cl_test_read_losses(pa, la, sa, 64);
+    int nb = cl_test_read_losses(pb, lb, sb, 64);
     double lmax = na == steps && nb == steps ? 0 : -1;
     for (int i = 0; lmax >= 0 && i < steps; i++) {
         double e = fabs(la[i] - lb[i]) / fabs(la[i]);
@@ -531,9 +499,10 @@ CL_TEST(allreduced_grads_equal_mean_of_halves)
     char cmd[4096];
     const char *log = cl_test_path("mpirun.log");
     snprintf(cmd, sizeof cmd,
-             "timeout 90 " MPIRUN "'%s' allreduced_grads_equal_mean_of_halves "
+             "timeout 90 %s" RANKS2
+             "'%s' allreduced_grads_equal_mean_of_halves "
              ">'%s' 2>&1",
-             self_exe(), log);
+             cl_test_mpirun(), self_exe(), log);
     int rc = cl_test_run(cmd);
     slurp(log);
     CHECK(rc == 0);
@@ -644,12 +613,12 @@ static void kill_rank(int victim)
     snprintf(dir, sizeof dir, "%s", cl_test_path("k"));
     REQUIRE(mkdir(dir, 0777) == 0 || errno == EEXIST);
     snprintf(cmd, sizeof cmd,
-             "(timeout 90 " MPIRUN
+             "(timeout 90 %s" RANKS2
              "sh -c 'echo $$ > %s/pid.$OMPI_COMM_WORLD_RANK"
              "; exec %s train " QUICK "--limit_train 512 --batch_size 8 "
              "--epoch_size 100 --ckpt_save_dir %s' >%s/log 2>&1; "
              "echo $? >%s/rc) &",
-             dir, bin(), dir, dir, dir);
+             cl_test_mpirun(), dir, cl_test_classic_bin(), dir, dir, dir);
     REQUIRE(cl_test_run(cmd) == 0);
     snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
     double t0 = cl_time_now();

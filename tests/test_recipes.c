@@ -32,24 +32,17 @@ static int count(const char *text, const char *needle)
     return n;
 }
 
-/* Runs `classic train -c configs/<recipe> --data_dir data ...` into run. */
+/* Runs `classic train -c configs/<recipe> --data_dir data ...` into run;
+ * a failure prints the command and its output. */
 static int train_recipe(const char *recipe, const char *data, const char *run,
                         const char *extra)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "\"%s\" train -c %s/configs/%s --data_dir %s --epoch_size 1 "
-             "--ckpt_save_dir %s --per_print_times 1 %s > %s.log 2>&1",
-             cl_test_classic_bin(), CL_SOURCE_DIR, recipe, data, run, extra,
-             run);
-    int rc = cl_test_run(cmd);
-    if (rc != 0) {
-        char log[1200];
-        snprintf(log, sizeof log, "%s.log", run);
-        const char *t = read_text(log);
-        fprintf(stderr, "%s failed (%d):\n%s\n", recipe, rc, t ? t : "");
-    }
-    return rc;
+    char args[4096];
+    snprintf(args, sizeof args,
+             "train -c %s/configs/%s --data_dir %s --epoch_size 1 "
+             "--ckpt_save_dir %s --per_print_times 1 %s",
+             CL_SOURCE_DIR, recipe, data, run, extra);
+    return cl_test_classic(args);
 }
 
 CL_TEST(cifar10_seed_recipe_on_cifar_format_data)
