@@ -119,6 +119,19 @@ const char *cl_test_classic_bin(void)
     return b && b[0] ? b : CL_BINARY_DIR "/classic";
 }
 
+char cl_test_out[CL_TEST_OUT_MAX];
+
+const char *cl_test_slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    size_t k = f ? fread(cl_test_out, 1, sizeof cl_test_out - 1, f) : 0;
+    cl_test_out[k] = '\0';
+    if (!f)
+        return NULL;
+    fclose(f);
+    return cl_test_out;
+}
+
 const char *cl_test_mpirun(void)
 {
     static char cmd[1400];
@@ -131,8 +144,6 @@ const char *cl_test_mpirun(void)
                  cl_test_tmpdir());
     return cmd;
 }
-
-char cl_test_out[CL_TEST_OUT_MAX];
 
 int cl_test_classic(const char *args)
 {

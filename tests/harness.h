@@ -35,6 +35,10 @@ int cl_test_classic(const char *args);
 enum { CL_TEST_OUT_MAX = 1 << 16 };
 extern char cl_test_out[CL_TEST_OUT_MAX];
 
+/* Reads the file at path into cl_test_out (truncated to the buffer) and
+ * returns cl_test_out, or NULL (cl_test_out empty) if it cannot be opened. */
+const char *cl_test_slurp(const char *path);
+
 /* Starts `classic <args>` in the background (OMP_NUM_THREADS=2, stdout and
  * stderr to log); pre_exec (may be NULL) runs in the child just before the
  * exec (resource limits).  Returns the pid of the classic process itself,

@@ -52,19 +52,8 @@ static int under_mpirun(void)
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
 }
 
-static char out_buf[1 << 16];
-
-static void slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out_buf, 1, sizeof out_buf - 1, f) : 0;
-    out_buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs `classic <args>`, 1 process (np 1) or under mpirun (np 2), output
- * in out_buf; returns the exit status, the wall time in *secs. */
+ * in cl_test_out; returns the exit status, the wall time in *secs. */
 static int classic(int np, const char *args, double *secs)
 {
     char cmd[4096];
@@ -76,7 +65,7 @@ static int classic(int np, const char *args, double *secs)
     int rc = cl_test_run(cmd);
     if (secs)
         *secs = cl_time_now() - t0;
-    slurp(log);
+    cl_test_slurp(log);
     return rc;
 }
 
@@ -85,7 +74,7 @@ static int classic_ok(int np, const char *args)
     int rc = classic(np, args, NULL);
     if (rc != 0)
         fprintf(stderr, "classic (np %d) %s -> %d:\n%s\n", np, args, rc,
-                out_buf);
+                cl_test_out);
     return rc == 0;
 }
 
@@ -219,7 +208,7 @@ CL_TEST(sync_bn_two_ranks_equal_one_process)
              "--epoch_size 1 --batch_size 4 --ckpt_save_dir %s",
              cl_test_path("two"));
     REQUIRE(classic_ok(2, args));
-    CHECK(strstr(out_buf, "global batch 8 (4 x 2 process(es)") != NULL);
+    CHECK(strstr(cl_test_out, "global batch 8 (4 x 2 process(es)") != NULL);
     char a[512], b[512];
     snprintf(a, sizeof a, "%s", cl_test_path("one"));
     snprintf(b, sizeof b, "%s", cl_test_path("two"));
@@ -268,7 +257,8 @@ CL_TEST(sync_bn_accumulation_equal_one_process)
              "--ckpt_save_dir %s",
              cl_test_path("two"));
     REQUIRE(classic_ok(2, args));
-    CHECK(strstr(out_buf, "global batch 16 (4 x 2 process(es) x 2") != NULL);
+    CHECK(strstr(cl_test_out, "global batch 16 (4 x 2 process(es) x 2") !=
+          NULL);
     char a[512], b[512];
     snprintf(a, sizeof a, "%s", cl_test_path("one"));
     snprintf(b, sizeof b, "%s", cl_test_path("two"));
@@ -292,8 +282,8 @@ CL_TEST(sync_bn_onednn_two_ranks_equal_one_process)
              "--epoch_size 1 --batch_size 4 --ckpt_save_dir %s",
              cl_test_path("two"));
     REQUIRE(classic_ok(2, args));
-    CHECK(strstr(out_buf, "global batch 8 (4 x 2 process(es)") != NULL);
-    CHECK(strstr(out_buf, "backend onednn") != NULL);
+    CHECK(strstr(cl_test_out, "global batch 8 (4 x 2 process(es)") != NULL);
+    CHECK(strstr(cl_test_out, "backend onednn") != NULL);
     char a[512], b[512];
     snprintf(a, sizeof a, "%s", cl_test_path("one"));
     snprintf(b, sizeof b, "%s", cl_test_path("two"));
@@ -343,7 +333,7 @@ CL_TEST(resume_two_ranks_equal_uninterrupted)
     snprintf(args, sizeof args, "train %s--resume %s --ckpt_save_dir %s",
              common, ck, cl_test_path("resumed"));
     REQUIRE(classic_ok(2, args));
-    CHECK(strstr(out_buf, "resumed from") != NULL);
+    CHECK(strstr(cl_test_out, "resumed from") != NULL);
     char a[512], b[512], worst[256] = "";
     snprintf(a, sizeof a, "%s", cl_test_path("full/resnet18-last.safetensors"));
     snprintf(b, sizeof b, "%s",
@@ -504,13 +494,14 @@ CL_TEST(allreduced_grads_equal_mean_of_halves)
              ">'%s' 2>&1",
              cl_test_mpirun(), self_exe(), log);
     int rc = cl_test_run(cmd);
-    slurp(log);
+    cl_test_slurp(log);
     CHECK(rc == 0);
     int passed = 0;
-    for (const char *p = out_buf; (p = strstr(p, "1 passed, 0 failed")); p++)
+    for (const char *p = cl_test_out; (p = strstr(p, "1 passed, 0 failed"));
+         p++)
         passed++;
     CHECK(passed == 2);
-    fprintf(stderr, "%s", out_buf);
+    fprintf(stderr, "%s", cl_test_out);
 }
 
 /* ---- evaluation ------------------------------------------------------ */
@@ -518,10 +509,10 @@ CL_TEST(allreduced_grads_equal_mean_of_halves)
 /* "N samples, loss L, top-1 P% (C)" from cl_metrics_print. */
 static int parse_eval(long long *n, double *loss, double *top1, long long *c)
 {
-    const char *p = strstr(out_buf, " samples, loss ");
+    const char *p = strstr(cl_test_out, " samples, loss ");
     if (!p)
         return 0;
-    while (p > out_buf && p[-1] >= '0' && p[-1] <= '9')
+    while (p > cl_test_out && p[-1] >= '0' && p[-1] <= '9')
         p--;
     return sscanf(p, "%lld samples, loss %lf, top-1 %lf%% (%lld)", n, loss,
                   top1, c) == 4;
@@ -649,8 +640,8 @@ static void kill_rank(int victim)
     CHECK(!alive(other));
     if (cl_test_failed()) {
         snprintf(pp, sizeof pp, "%s/log", dir);
-        slurp(pp);
-        fprintf(stderr, "---- mpirun output ----\n%s\n", out_buf);
+        cl_test_slurp(pp);
+        fprintf(stderr, "---- mpirun output ----\n%s\n", cl_test_out);
     }
 }
 
@@ -676,8 +667,8 @@ CL_TEST(missing_data_fails_every_rank)
     fprintf(stderr, "missing data: rc %d after %.1f s\n", rc, secs);
     CHECK(rc != 0 && rc != 124);
     CHECK(secs < 30);
-    CHECK(strstr(out_buf, "no-such-data") != NULL);
-    CHECK(strstr(out_buf, "classic: train (rank ") != NULL);
+    CHECK(strstr(cl_test_out, "no-such-data") != NULL);
+    CHECK(strstr(cl_test_out, "classic: train (rank ") != NULL);
     if (cl_test_failed())
-        fprintf(stderr, "%s\n", out_buf);
+        fprintf(stderr, "%s\n", cl_test_out);
 }

@@ -64,15 +64,6 @@ static int resume_path_in(const char *log, char *buf, size_t n)
     return 1;
 }
 
-static void slurp_log(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    size_t k = f ? fread(cl_test_out, 1, sizeof cl_test_out - 1, f) : 0;
-    cl_test_out[k] = '\0';
-    if (f)
-        fclose(f);
-}
-
 CL_TEST(sigint_saves_a_checkpoint_and_resume_continues)
 {
     char args[2048];
@@ -93,7 +84,7 @@ CL_TEST(sigint_saves_a_checkpoint_and_resume_continues)
     REQUIRE(started);
     REQUIRE(kill(pid, SIGINT) == 0);
     int st = cl_test_wait(pid, 300);
-    slurp_log(log);
+    cl_test_slurp(log);
     REQUIRE(st != -1);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 130)
         fprintf(stderr, "wait status %#x; log:\n%s\n", st, cl_test_out);
@@ -151,7 +142,7 @@ CL_TEST(second_signal_ends_the_run_at_once)
     REQUIRE(kill(pid, SIGTERM) == 0);
     /* The handler announces the first signal on stderr. */
     for (int i = 0; i < 500; i++) {
-        slurp_log(log);
+        cl_test_slurp(log);
         if (strstr(cl_test_out, "classic: interrupted"))
             break;
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
@@ -261,7 +252,7 @@ static void disk_full_body(const char *dir, int on_tmpfs)
         pid = cl_test_classic_start(args, log2, limit_file_size);
         REQUIRE(pid > 0);
         st = cl_test_wait(pid, 600);
-        slurp_log(log2);
+        cl_test_slurp(log2);
         rc = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         CHECK(strstr(cl_test_out, "file size limit") != NULL);
     }
@@ -416,7 +407,7 @@ static int run_and_break_images(const char *root, const char *policy,
         cl_test_fail(__FILE__, __LINE__, "the run did not start");
     }
     int st = cl_test_wait(pid, 600);
-    slurp_log(log);
+    cl_test_slurp(log);
     if (st == -1 || !WIFEXITED(st))
         return -1;
     return WEXITSTATUS(st);

@@ -12,18 +12,6 @@
 #include "harness.h"
 #include "test_data_fixtures.h"
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
-
 static int count(const char *text, const char *needle)
 {
     int n = 0;
@@ -58,7 +46,7 @@ CL_TEST(cifar10_seed_recipe_on_cifar_format_data)
                          "--ckpt_save_interval 1") == 0);
 
     snprintf(p, sizeof p, "%s/config.yaml", run);
-    const char *cfg = read_text(p);
+    const char *cfg = cl_test_slurp(p);
     REQUIRE(cfg != NULL);
     CHECK(strstr(cfg, "batch_size: 32") != NULL);
     CHECK(strstr(cfg, "stem: imagenet") != NULL);
@@ -66,7 +54,7 @@ CL_TEST(cifar10_seed_recipe_on_cifar_format_data)
     CHECK(strstr(cfg, "scheduler: constant") != NULL);
 
     snprintf(p, sizeof p, "%s/metrics.jsonl", run);
-    const char *m = read_text(p);
+    const char *m = cl_test_slurp(p);
     REQUIRE(m != NULL);
     CHECK(count(m, "\"kind\":\"train\"") == 2);
     CHECK(count(m, "\"kind\":\"eval\"") == 1);
@@ -109,14 +97,14 @@ CL_TEST(imagenet_recipe_on_imagefolder_data)
     REQUIRE(train_recipe("resnet50_imagenet.yaml", data, run, "") == 0);
 
     snprintf(p, sizeof p, "%s/config.yaml", run);
-    const char *cfg = read_text(p);
+    const char *cfg = cl_test_slurp(p);
     REQUIRE(cfg != NULL);
     CHECK(strstr(cfg, "image_size: 224") != NULL);
     CHECK(strstr(cfg, "random_resized_crop: true") != NULL);
     CHECK(strstr(cfg, "num_classes: 1000") != NULL);
 
     snprintf(p, sizeof p, "%s/metrics.jsonl", run);
-    const char *m = read_text(p);
+    const char *m = cl_test_slurp(p);
     REQUIRE(m != NULL);
     CHECK(count(m, "\"kind\":\"train\"") == 1);
     CHECK(strstr(m, "\"val_samples\":7") != NULL);
