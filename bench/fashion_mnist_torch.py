@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """The recipe of configs/resnet50_fashion_mnist.yaml in PyTorch, for the
-time-to-accuracy comparison of issue-style benchmarks (bench/README in
-docs/bench.md): torchvision resnet50 with the same stem, initialisation
+time-to-accuracy comparison of bench/fashion_mnist_tta.sh: torchvision resnet50 with the same stem, initialisation
 options, augmentation, optimizer, schedule and evaluation as `classic
 train`, trained for a wall-clock budget or a number of epochs.
 
