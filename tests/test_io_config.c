@@ -134,6 +134,7 @@ CL_TEST(load_errors_name_line_and_key)
          "'batch_size'?)"},
         {"momentun: 0.5\n", "(did you mean 'momentum'?)"},
         {"epochs: 3\n", "(did you mean 'epoch_size'?)"},
+        {"amp: O2\n", "unknown key 'amp' (did you mean 'amp_level'?)"},
         {"zzzzqqq: 1\n",
          "unknown key 'zzzzqqq' (`classic train --help` lists the keys)"},
         {"seed: 1\nbatch_size: abc\n",
@@ -237,6 +238,12 @@ CL_TEST(command_line_overrides)
     CHECK(c.scheduler == CL_CFG_SCHED_MULTI_STEP);
     CHECK_OK(cl_config_set(&c, "data_dir", "/tmp/x"));
     CHECK(strcmp(c.data_dir, "/tmp/x") == 0);
+    /* --amp is the command line's short spelling of amp_level. */
+    CHECK_OK(cl_config_set(&c, "amp", "O2"));
+    CHECK(c.amp_level == CL_CFG_AMP_O2);
+    CHECK_ERR(cl_config_set(&c, "amp", "O3"), CL_ERR_CONFIG,
+              "key 'amp_level' expects one of O0, O1, O2, found 'O3'");
+    CHECK_OK(cl_config_set(&c, "amp_level", "O0"));
     CHECK_ERR(cl_config_set(&c, "learning-rate", "0.1"), CL_ERR_CONFIG,
               "command line: unknown key 'learning_rate' (did you mean "
               "'lr'?)");

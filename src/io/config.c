@@ -800,7 +800,9 @@ cl_status cl_config_set(cl_config *c, const char *name, const char *value)
         return unknown_key("command line", name);
     for (size_t i = 0; i <= n; i++)
         norm[i] = name[i] == '-' ? '_' : name[i];
-    const key *k = find_key(norm);
+    /* --amp O2: the command-line spelling of torchvision's reference
+     * scripts; a recipe file says amp_level. */
+    const key *k = find_key(strcmp(norm, "amp") == 0 ? "amp_level" : norm);
     if (!k)
         return unknown_key("command line", norm);
     return set_text(c, k, value, "command line");
