@@ -125,12 +125,13 @@ def normalize(xb, mean, std):
     return (xb.float() / 255.0 - mean) / std
 
 
-def evaluate(model, x, y, mean, std, bs, lossf):
+def evaluate(model, x, y, mean, std, bs, lossf, bf16):
     model.eval()
     correct, loss_sum = 0, 0.0
     with torch.inference_mode():
         for s in range(0, x.shape[0], bs):
-            out = model(normalize(x[s:s + bs], mean, std))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(normalize(x[s:s + bs], mean, std)).float()
             loss_sum += lossf(out, y[s:s + bs]).item() * out.shape[0]
             correct += (out.argmax(1) == y[s:s + bs]).sum().item()
     model.train()
@@ -149,12 +150,19 @@ def main():
     p.add_argument("--limit_train", type=int, default=0)
     p.add_argument("--limit_val", type=int, default=0)
     p.add_argument("--out", default="")
+    p.add_argument("--amp", default="", choices=["", "O0", "O1", "O2"],
+                   help="override amp_level: O1/O2 run forward and loss "
+                   "under torch.autocast(cpu, bfloat16), PyTorch's own "
+                   "mixed precision (fp32 weights and optimizer state)")
     a = p.parse_args()
 
     with open(a.config) as f:
         c = yaml.safe_load(f)
     if a.epochs:
         c["epoch_size"] = a.epochs
+    if a.amp:
+        c["amp_level"] = a.amp
+    bf16 = c.get("amp_level", "O0") in ("O1", "O2")
     torch.set_num_threads(a.threads)
     torch.manual_seed(int(c.get("seed", 42)))
     gen = torch.Generator().manual_seed(int(c.get("seed", 42)))
@@ -197,7 +205,7 @@ def main():
 
     log({"kind": "config", "torch": torch.__version__, "threads":
          torch.get_num_threads(), "steps_per_epoch": spe, "epochs": epochs,
-         "budget_s": a.budget})
+         "budget_s": a.budget, "bf16_autocast": bf16})
     train_s, step, stop = 0.0, 0, False
     model.train()
     for epoch in range(1, epochs + 1):
@@ -210,7 +218,8 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr_at(c, step, spe)
             opt.zero_grad(set_to_none=True)
-            loss = lossf(model(xb), ytr[idx])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = lossf(model(xb).float(), ytr[idx])
             loss.backward()
             opt.step()
             loss_sum += loss.item()
@@ -224,7 +233,8 @@ def main():
                 stop = True
                 break
         train_s += time.perf_counter() - t0
-        top1, vloss = evaluate(model, xte, yte, mean, std, 256, plain)
+        top1, vloss = evaluate(model, xte, yte, mean, std, 256, plain,
+                               bf16)
         log({"kind": "eval", "epoch": epoch, "step": step,
              "train_s": round(train_s, 2), "top1": top1, "loss": vloss,
              "train_loss_avg": loss_sum / max(1, k + 1)})

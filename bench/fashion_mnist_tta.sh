@@ -9,7 +9,10 @@
 #   LIMIT=0 EPOCHS=6 ...   the whole training set and the recipe's schedule
 #
 # LIMIT (default 12800) training images, EPOCHS (default 2: one warm-up and
-# one cosine epoch) epochs, THREADS (default nproc) for both.
+# one cosine epoch) epochs, THREADS (default nproc) for both.  Both sides
+# follow the recipe's amp_level (PyTorch's O1/O2 is torch.autocast to
+# bfloat16); TORCH_AMP=O0|O2 overrides it on the PyTorch side only, to time
+# PyTorch at whichever precision is faster for it.
 set -euo pipefail
 CLASSIC="${1:-build/classic}"
 CONFIG="${CONFIG:-configs/resnet50_fashion_mnist.yaml}"
@@ -17,6 +20,7 @@ LIMIT="${LIMIT:-12800}"
 EPOCHS="${EPOCHS:-2}"
 THREADS="${THREADS:-$(nproc)}"
 OUT="${OUT:-runs/tta}"
+TORCH_AMP="${TORCH_AMP:-}"
 mkdir -p "$OUT"
 lim=()
 [ "$LIMIT" != 0 ] && lim=(--limit_train "$LIMIT")
@@ -36,9 +40,10 @@ for line in open(sys.argv[1]):
         print("classic: epoch=%d train_s=%.1f top1=%.4f" % (r["epoch"], t, r["val_top1"]))
 EOF
 
-echo "== PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+echo "== PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') ${TORCH_AMP:+amp $TORCH_AMP}"
 /usr/bin/python3 bench/fashion_mnist_torch.py --config "$CONFIG" \
     --threads "$THREADS" --epochs "$EPOCHS" --limit_train "$LIMIT" \
+    ${TORCH_AMP:+--amp "$TORCH_AMP"} \
     --out "$OUT/torch.jsonl" > "$OUT/torch.log" 2>&1
 python3 - "$OUT/torch.jsonl" <<'EOF'
 import json, sys
