@@ -27,3 +27,20 @@ CL_TEST(unknown_command_fails)
     CHECK(strstr(cl_test_out, "unknown command 'frobnicate'") != NULL);
     CHECK(cl_test_classic("") == 2);
 }
+
+/* `classic bench --amp` times the bf16 plan it names, and refuses a level
+ * it does not know and the reference backend's bf16. */
+CL_TEST(bench_amp_levels)
+{
+    CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
+                          "--batch 2 --steps 1 --warmup 1 --mode train "
+                          "--threads 1 --amp O2") == 0);
+    CHECK(strstr(cl_test_out, "amp O2") != NULL);
+    CHECK(strstr(cl_test_out, "bench: mode=train img_s=") != NULL);
+    CHECK(cl_test_classic("bench --amp O3") != 0);
+    CHECK(strstr(cl_test_out, "--amp 'O3' is not O0, O1 or O2") != NULL);
+    CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
+                          "--batch 2 --steps 1 --warmup 1 --mode train "
+                          "--backend ref --amp O1") != 0);
+    CHECK(strstr(cl_test_out, "backend ref: amp_level O1") != NULL);
+}

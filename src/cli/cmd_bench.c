@@ -23,6 +23,7 @@
 typedef struct bench_opts {
     const char *arch, *stem, *mode, *backend;
     int batch, size, classes, threads, steps, warmup;
+    int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
 } bench_opts;
 
 static void bench_usage(FILE *f)
@@ -33,7 +34,7 @@ static void bench_usage(FILE *f)
             "[--classes 10]\n"
             "                     [--threads 2] [--steps 10] [--warmup 3]\n"
             "                     [--mode train|infer|both]\n"
-            "                     [--backend onednn|ref]\n\n"
+            "                     [--backend onednn|ref] [--amp O0|O1|O2]\n\n"
             "Times full training steps (forward, backward, momentum-SGD "
             "update)\nand inference on synthetic data after warm-up; prints "
             "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
@@ -55,6 +56,17 @@ static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
     return 0;
 }
 
+/* "O0" | "O1" | "O2" -> 0..2 (the amp_level config values). */
+static int parse_amp(const char *v, int *out)
+{
+    if (strlen(v) != 2 || v[0] != 'O' || v[1] < '0' || v[1] > '2') {
+        fprintf(stderr, "classic bench: --amp '%s' is not O0, O1 or O2\n", v);
+        return 1;
+    }
+    *out = v[1] - '0';
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     o->arch = "resnet50";
@@ -67,6 +79,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->threads = 0;
     o->steps = 10;
     o->warmup = 3;
+    o->amp = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (i + 1 >= argc) {
@@ -83,6 +96,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->mode = v;
         else if (strcmp(k, "--backend") == 0)
             o->backend = v;
+        else if (strcmp(k, "--amp") == 0)
+            bad = parse_amp(v, &o->amp);
         else if (strcmp(k, "--batch") == 0)
             bad = parse_int(k, v, 1, 4096, &o->batch);
         else if (strcmp(k, "--size") == 0)
@@ -192,7 +207,7 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     if (st != CL_OK)
         goto fail;
     *macs = cl_graph_macs(&g);
-    cl_backend_opts bo = {o->threads, 0};
+    cl_backend_opts bo = {o->threads, o->amp};
     st = cl_backend_create(&be, o->backend, &g,
                            train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
     if (st != CL_OK)
@@ -288,9 +303,9 @@ int cl_cmd_bench(int argc, char **argv)
 
     double peak = sgemm_peak();
     printf("classic bench: %s, %s stem, %d classes, %dx%d, batch %d, "
-           "%d threads, backend %s (cpu isa %s)\n",
+           "%d threads, backend %s, amp O%d (cpu isa %s)\n",
            o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
-           o.backend, cl_dnnl_isa_name());
+           o.backend, o.amp, cl_dnnl_isa_name());
     printf("peak      %.1f GFLOPS (sgemm 2048^3, best of 4)\n", peak);
     int modes[2] = {strcmp(o.mode, "infer") != 0, strcmp(o.mode, "train") != 0};
     bench_result res[2];
