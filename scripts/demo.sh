@@ -15,6 +15,13 @@ RUN="${DEMO_RUN:-runs/demo}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 
 "$CLASSIC" check
+# The recipe trains in bf16 (amp_level O2), which oneDNN runs on AVX-512
+# CPUs only; elsewhere the demo says so and trains in f32.
+AMP=()
+if ! "$CLASSIC" check | grep -q '^cpu isa *avx512_core'; then
+    echo "this CPU has no AVX-512: the demo trains in f32 (--amp O0)"
+    AMP=(--amp O0)
+fi
 echo
 echo "== data: what the labels look like =="
 "$CLASSIC" data info --show 5
@@ -24,7 +31,7 @@ echo "== train: ResNet-50 (CIFAR stem, gray input) on Fashion-MNIST =="
     --limit_train "${DEMO_TRAIN:-2048}" --limit_val "${DEMO_VAL:-1000}" \
     --epoch_size "${DEMO_EPOCHS:-1}" --warmup_epochs 0 --lr 0.02 \
     --batch_size 32 --zero_init_residual true \
-    --per_print_times 8 --ckpt_save_dir "$RUN"
+    --per_print_times 8 --ckpt_save_dir "$RUN" "${AMP[@]}"
 CKPT="$RUN/resnet50-last.safetensors"
 echo
 echo "== eval: the checkpoint on the test set =="
