@@ -112,8 +112,8 @@ CL_TEST(o2_learns_like_o0)
     fprintf(stderr,
             "top-1 after 384 steps: O0 %.2f%% %.2f%% (mean %.2f%%), "
             "O2 %.2f%% %.2f%% (mean %.2f%%)\n",
-            100 * top1[0][0], 100 * top1[0][1], 100 * mean[0],
-            100 * top1[1][0], 100 * top1[1][1], 100 * mean[1]);
+            100 * top1[0][0], 100 * top1[0][1], 100 * mean[0], 100 * top1[1][0],
+            100 * top1[1][1], 100 * mean[1]);
     /* It learned at all (10 classes: chance is 10%). */
     CHECK(mean[0] > 0.6);
     CHECK(fabs(mean[1] - mean[0]) <= 0.005);
