@@ -104,6 +104,9 @@ CL_TEST(o2_learns_like_o0)
                      RUN "--amp O%d --seed %d --ckpt_save_dir %s", 2 * k,
                      seeds[s], dir[k][s]);
             REQUIRE(cl_test_classic(args) == 0);
+            /* The banner says which precision trains. */
+            CHECK(strstr(cl_test_out, k ? "amp_level O2 (bf16 activations"
+                                        : "amp_level O0 (f32)") != NULL);
             top1[k][s] = last_top1(dir[k][s]);
             REQUIRE(isfinite(top1[k][s]));
         }

@@ -726,19 +726,21 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     const int64_t total = r.steps_per_epoch * cfg->epoch_size;
     const int global_batch = cfg->batch_size * (d ? d->size : 1) * accum;
     const int tty = r.root && isatty(STDOUT_FILENO);
-    cl_log(lg, CL_LOG_INFO,
-           "training resnet%d (%s stem, %lld parameters) on %s: %lld "
-           "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
-           "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
-           "peak lr %.4g; backend %s",
-           r.model.depth, cl_resnet_stem_name(r.model.stem),
-           (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
-           (long long)cl_loader_samples_per_epoch(r.train_ld) *
-               (d ? d->size : 1),
-           r.in_c, r.side, r.side,
-           r.g.num_classes, (long long)r.steps_per_epoch, cfg->epoch_size,
-           global_batch, cfg->batch_size, d ? d->size : 1, accum, r.lr.lr,
-           backend);
+    cl_log(
+        lg, CL_LOG_INFO,
+        "training resnet%d (%s stem, %lld parameters) on %s: %lld "
+        "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
+        "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
+        "peak lr %.4g; backend %s, amp_level O%d (%s)",
+        r.model.depth, cl_resnet_stem_name(r.model.stem),
+        (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
+        (long long)cl_loader_samples_per_epoch(r.train_ld) * (d ? d->size : 1),
+        r.in_c, r.side, r.side, r.g.num_classes, (long long)r.steps_per_epoch,
+        cfg->epoch_size, global_batch, cfg->batch_size, d ? d->size : 1, accum,
+        r.lr.lr, backend, cfg->amp_level,
+        cfg->amp_level == 0   ? "f32"
+        : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
+                              : "bf16 activations, f32 master weights");
 
     cl_ema ema;
     cl_ema_init(&ema, 0.98);
