@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCL_WERROR=ON
 
-.PHONY: all deps build demo test test-sanitize format clean
+.PHONY: all deps build demo test test-sanitize format format-check clean
 
 all: build
 
@@ -42,6 +42,10 @@ test-sanitize: deps
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# Fails, naming the lines, if a C file is not as `make format` leaves it.
+format-check: deps
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)

@@ -11,7 +11,7 @@ PKGS=(
   dataset-fashion-mnist
   chromium
   python3-torch python3-torchvision nodejs npm
-  clang libclang-rt-14-dev libomp-14-dev
+  clang clang-format libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

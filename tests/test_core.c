@@ -79,14 +79,12 @@ CL_TEST(philox_known_answer)
     cl_philox4x32_10(c0, k0, out);
     CHECK(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du &&
           out[2] == 0xbc57ac4cu && out[3] == 0x9b00dbd8u);
-    const uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu,
-                            0xffffffffu};
+    const uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
     const uint32_t k1[2] = {0xffffffffu, 0xffffffffu};
     cl_philox4x32_10(c1, k1, out);
     CHECK(out[0] == 0x408f276du && out[1] == 0x41c83b0eu &&
           out[2] == 0xa20bc7c6u && out[3] == 0x6d5451fdu);
-    const uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu,
-                            0x03707344u};
+    const uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u};
     const uint32_t k2[2] = {0xa4093822u, 0x299f31d0u};
     cl_philox4x32_10(c2, k2, out);
     CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu &&

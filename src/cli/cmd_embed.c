@@ -42,8 +42,8 @@ static void on_features(void *ctx, int64_t index, const float *row, int dim,
     s->n++;
 }
 
-static const char *const own[] = {"--checkpoint", "--out", "--split",
-                                  "--batch", NULL};
+static const char *const own[] = {"--checkpoint", "--out", "--split", "--batch",
+                                  NULL};
 
 int cl_cmd_embed(int argc, char **argv)
 {

@@ -10,20 +10,19 @@
 
 static void usage(void)
 {
-    printf(
-        "usage: classic eval --checkpoint FILE [--batch N] [--split "
-        "test|train]\n"
-        "                    [--csv confusion.csv] [--backend onednn|ref] "
-        "[--key value ...]\n\n"
-        "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
-        "the\nconfusion matrix.  Data and eval transforms come from the "
-        "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
-        "--limit_val).\nUnder mpirun the split is sharded and the counts "
-        "summed: every sample\nis counted exactly once.\n");
+    printf("usage: classic eval --checkpoint FILE [--batch N] [--split "
+           "test|train]\n"
+           "                    [--csv confusion.csv] [--backend onednn|ref] "
+           "[--key value ...]\n\n"
+           "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
+           "the\nconfusion matrix.  Data and eval transforms come from the "
+           "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
+           "--limit_val).\nUnder mpirun the split is sharded and the counts "
+           "summed: every sample\nis counted exactly once.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--batch", "--split",
-                                  "--csv", "--backend", NULL};
+static const char *const own[] = {"--checkpoint", "--batch",   "--split",
+                                  "--csv",        "--backend", NULL};
 
 int cl_cmd_eval(int argc, char **argv)
 {
@@ -75,12 +74,11 @@ int cl_cmd_eval(int argc, char **argv)
                cl_dataset_format(md.ds), m.cfg.val_split,
                (long long)cl_metrics_count(&met));
         if ((s = cl_metrics_print(&met, stdout,
-                                  (const char *const *)m.class_names)) !=
-            CL_OK)
+                                  (const char *const *)m.class_names)) != CL_OK)
             goto fail;
-        if (csv && (s = cl_metrics_write_csv(
-                        &met, csv, (const char *const *)m.class_names)) !=
-                       CL_OK)
+        if (csv &&
+            (s = cl_metrics_write_csv(
+                 &met, csv, (const char *const *)m.class_names)) != CL_OK)
             goto fail;
         if (csv)
             printf("confusion matrix written to %s\n", csv);

@@ -19,8 +19,7 @@ static void usage(void)
            "eval pipeline.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--top", "--backend",
-                                  NULL};
+static const char *const own[] = {"--checkpoint", "--top", "--backend", NULL};
 
 static int is_own(const char *a)
 {
@@ -30,8 +29,8 @@ static int is_own(const char *a)
     return 0;
 }
 
-static cl_status predict_one(cl_model *m, const char *path, int top,
-                             int json, float *x, float *logits, int first)
+static cl_status predict_one(cl_model *m, const char *path, int top, int json,
+                             float *x, float *logits, int first)
 {
     cl_image img;
     cl_transforms *tf = NULL;
@@ -76,8 +75,8 @@ static cl_status predict_one(cl_model *m, const char *path, int top,
             cl_strbuf_init(&b);
             cl_strbuf_add_json_str(&b, m->class_names[best],
                                    strlen(m->class_names[best]));
-            printf("%s{\"class\":%s,\"index\":%d,\"prob\":%.6f}",
-                   t ? "," : "", cl_strbuf_str(&b), best, p);
+            printf("%s{\"class\":%s,\"index\":%d,\"prob\":%.6f}", t ? "," : "",
+                   cl_strbuf_str(&b), best, p);
             cl_strbuf_free(&b);
         } else {
             printf("  %2d. %-24s %6.2f%%\n", t + 1, m->class_names[best],
@@ -109,16 +108,14 @@ int cl_cmd_predict(int argc, char **argv)
         else if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else if (strncmp(argv[i], "--", 2) == 0) {
-            fprintf(stderr, "classic: predict: unknown option %s\n",
-                    argv[i]);
+            fprintf(stderr, "classic: predict: unknown option %s\n", argv[i]);
             return 2;
         } else
             n_images++;
     }
     if (!ckpt || n_images == 0) {
-        fprintf(stderr,
-                "classic: predict: --checkpoint FILE and at least one "
-                "image are required\n");
+        fprintf(stderr, "classic: predict: --checkpoint FILE and at least one "
+                        "image are required\n");
         return 2;
     }
     int top = topk ? atoi(topk) : 5;
@@ -133,8 +130,8 @@ int cl_cmd_predict(int argc, char **argv)
         return cl_cli_fail("predict", s);
     size_t per = (size_t)m.in_c * m.side * m.side;
     float *x = cl_alloc(per * sizeof(float), "predict input");
-    float *logits = cl_alloc((size_t)m.num_classes * sizeof(float),
-                             "predict logits");
+    float *logits =
+        cl_alloc((size_t)m.num_classes * sizeof(float), "predict logits");
     int failed = 0, first = 1;
     if (!x || !logits) {
         cl_model_close(&m);

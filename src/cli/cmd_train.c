@@ -15,7 +15,8 @@ static void usage(void)
            "\n"
            "Trains a ResNet as the recipe says; any key of the recipe can be\n"
            "overridden on the command line (--lr 0.05, --epoch_size 2,\n"
-           "--resume run/resnet50-e3-s500.safetensors, --pretrained w.safetensors).\n"
+           "--resume run/resnet50-e3-s500.safetensors, --pretrained "
+           "w.safetensors).\n"
            "Under `mpirun -np N classic train ...` it trains data-parallel.\n"
            "Writes config.yaml, metrics.jsonl and checkpoints into\n"
            "ckpt_save_dir.\n\nkeys:\n");

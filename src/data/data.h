@@ -231,7 +231,7 @@ typedef struct cl_batch {
 typedef struct cl_loader_stats {
     double wait_seconds; /* consumer time blocked in cl_loader_next */
     int64_t batches, samples;
-    int64_t skipped; /* bad images dropped (on_bad_image=skip) */
+    int64_t skipped;        /* bad images dropped (on_bad_image=skip) */
     char last_skipped[512]; /* why the last of them was, "" if none */
 } cl_loader_stats;
 

@@ -80,8 +80,8 @@ static cl_status list_error(const char *path, const char *what, char *buf,
                             int count)
 {
     if (count > 8)
-        return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s and %d more", path,
-                        count, what, buf, count - 8);
+        return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s and %d more", path, count,
+                        what, buf, count - 8);
     return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s", path, count, what, buf);
 }
 
@@ -251,8 +251,7 @@ fail:
     return s;
 }
 
-cl_status cl_ckpt_load_state(const char *path, const cl_graph *g,
-                             cl_optim *opt)
+cl_status cl_ckpt_load_state(const char *path, const cl_graph *g, cl_optim *opt)
 {
     cl_st_file *f = NULL;
     int64_t *steps = NULL;
@@ -314,10 +313,9 @@ cl_status cl_ckpt_load_state(const char *path, const cl_graph *g,
                                  path, name);
                     goto fail;
                 }
-                if (pass == 1 &&
-                    (s = cl_st_read_f32(f, (size_t)i,
-                                        opt->state[k] + gt->offset,
-                                        (size_t)cl_shape_numel(&fs))) != CL_OK)
+                if (pass == 1 && (s = cl_st_read_f32(
+                                      f, (size_t)i, opt->state[k] + gt->offset,
+                                      (size_t)cl_shape_numel(&fs))) != CL_OK)
                     goto fail;
             }
         }

@@ -27,11 +27,11 @@ const char *cl_op_name(cl_op_kind k);
 
 /* ---- conv2d ------------------------------------------------------------ */
 typedef struct cl_conv2d_attr {
-    int in_ch, out_ch;    /* in_ch and out_ch divisible by groups */
-    int kh, kw;           /* kernel */
-    int sh, sw;           /* stride */
-    int ph, pw;           /* zero padding, each side */
-    int dh, dw;           /* dilation (1 = dense) */
+    int in_ch, out_ch; /* in_ch and out_ch divisible by groups */
+    int kh, kw;        /* kernel */
+    int sh, sw;        /* stride */
+    int ph, pw;        /* zero padding, each side */
+    int dh, dw;        /* dilation (1 = dense) */
     int groups;
     int has_bias;
 } cl_conv2d_attr;
@@ -45,9 +45,8 @@ cl_status cl_conv2d_infer(const cl_conv2d_attr *a, const cl_shape *x,
                           cl_shape *y);
 /* y: (N,out_ch,OH,OW)  x: (N,in_ch,H,W)  w: (out_ch,in_ch/groups,kh,kw)
  * b: (out_ch) or NULL */
-void cl_conv2d_forward(float *y, const float *x, const float *w,
-                       const float *b, int N, int H, int W,
-                       const cl_conv2d_attr *a);
+void cl_conv2d_forward(float *y, const float *x, const float *w, const float *b,
+                       int N, int H, int W, const cl_conv2d_attr *a);
 void cl_conv2d_backward(float *dx, float *dw, float *db, const float *dy,
                         const float *x, const float *w, int N, int H, int W,
                         const cl_conv2d_attr *a);
@@ -65,8 +64,8 @@ typedef struct cl_batchnorm2d_attr {
 } cl_batchnorm2d_attr;
 
 cl_batchnorm2d_attr cl_batchnorm2d_attr_make(int channels);
-cl_status cl_batchnorm2d_infer(const cl_batchnorm2d_attr *a,
-                               const cl_shape *x, cl_shape *y);
+cl_status cl_batchnorm2d_infer(const cl_batchnorm2d_attr *a, const cl_shape *x,
+                               cl_shape *y);
 /* Training: normalises with batch statistics, saves mean and invstd (C) for
  * backward, updates running_mean/running_var (C) in place.
  * y, x: (N,C,HW)  gamma, beta: (C) */
@@ -76,16 +75,15 @@ void cl_batchnorm2d_forward_train(float *y, float *mean, float *invstd,
                                   const float *beta, int N, int C, int HW,
                                   const cl_batchnorm2d_attr *a);
 /* Inference: normalises with the running statistics. */
-void cl_batchnorm2d_forward_infer(float *y, const float *x,
-                                  const float *gamma, const float *beta,
-                                  const float *running_mean,
+void cl_batchnorm2d_forward_infer(float *y, const float *x, const float *gamma,
+                                  const float *beta, const float *running_mean,
                                   const float *running_var, int N, int C,
                                   int HW, const cl_batchnorm2d_attr *a);
 /* Backward of the training forward. */
 void cl_batchnorm2d_backward(float *dx, float *dgamma, float *dbeta,
-                             const float *dy, const float *x,
-                             const float *mean, const float *invstd,
-                             const float *gamma, int N, int C, int HW);
+                             const float *dy, const float *x, const float *mean,
+                             const float *invstd, const float *gamma, int N,
+                             int C, int HW);
 
 /* ---- relu -------------------------------------------------------------- */
 /* y may alias x (in place).  Backward reads y (> 0 where x > 0), so it also
@@ -103,16 +101,15 @@ cl_status cl_maxpool2d_infer(const cl_maxpool2d_attr *a, const cl_shape *x,
 /* idx (N,C,OH,OW) receives the flat h*W+w argmax inside each input plane; it
  * may be NULL, and backward then recomputes the argmax from x.  Ties go to
  * the first maximum in row-major window order. */
-void cl_maxpool2d_forward(float *y, int32_t *idx, const float *x, int N,
-                          int C, int H, int W, const cl_maxpool2d_attr *a);
+void cl_maxpool2d_forward(float *y, int32_t *idx, const float *x, int N, int C,
+                          int H, int W, const cl_maxpool2d_attr *a);
 void cl_maxpool2d_backward(float *dx, const float *dy, const int32_t *idx,
                            const float *x, int N, int C, int H, int W,
                            const cl_maxpool2d_attr *a);
 
 /* ---- global average pool ------------------------------------------------ */
 /* y: (N,C)  x: (N,C,HW) */
-void cl_global_avgpool_forward(float *y, const float *x, int N, int C,
-                               int HW);
+void cl_global_avgpool_forward(float *y, const float *x, int N, int C, int HW);
 void cl_global_avgpool_backward(float *dx, const float *dy, int N, int C,
                                 int HW);
 
@@ -123,8 +120,8 @@ typedef struct cl_linear_attr {
 } cl_linear_attr;
 
 /* y: (N,out)  x: (N,in)  w: (out,in)  b: (out) or NULL */
-void cl_linear_forward(float *y, const float *x, const float *w,
-                       const float *b, int N, const cl_linear_attr *a);
+void cl_linear_forward(float *y, const float *x, const float *w, const float *b,
+                       int N, const cl_linear_attr *a);
 void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
                         const float *x, const float *w, int N,
                         const cl_linear_attr *a);
@@ -135,7 +132,8 @@ void cl_add_forward(float *y, const float *a, const float *b, int64_t n);
 /* da and db receive dy (either may be NULL or alias dy). */
 void cl_add_backward(float *da, float *db, const float *dy, int64_t n);
 
-/* ---- softmax cross-entropy ------------------------------------------------ */
+/* ---- softmax cross-entropy ------------------------------------------------
+ */
 /* Mean over the batch of -sum_k t_k log softmax(logits)_k, where the target
  * t is one-hot of labels[i] (labels != NULL) or the row targets[i] (soft
  * probabilities, e.g. from MixUp/CutMix), then smoothed as PyTorch's
@@ -151,13 +149,13 @@ cl_status cl_softmax_ce_check_labels(const int32_t *labels, int N, int K);
  * targets: (N,K) or NULL (exactly one of labels, targets).  Returns the
  * mean loss. */
 float cl_softmax_ce_forward(float *probs, const float *logits,
-                            const int32_t *labels, const float *targets,
-                            int N, const cl_softmax_ce_attr *a);
+                            const int32_t *labels, const float *targets, int N,
+                            const cl_softmax_ce_attr *a);
 /* dlogits = (probs - t') * scale / N; scale is the loss's upstream gradient
  * (1 for a plain mean). */
 void cl_softmax_ce_backward(float *dlogits, const float *probs,
-                            const int32_t *labels, const float *targets,
-                            int N, float scale, const cl_softmax_ce_attr *a);
+                            const int32_t *labels, const float *targets, int N,
+                            float scale, const cl_softmax_ce_attr *a);
 
 /* ---- shape rules of the ops above that have no attr-specific rule ------- */
 /* x (N,C,H,W) -> y (N,C). */

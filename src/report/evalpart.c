@@ -245,8 +245,7 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     ev->n_miss = mc.n;
     mc.top = NULL;
     snprintf(ev->split, sizeof ev->split, "%s", m.cfg.val_split);
-    snprintf(ev->dataset, sizeof ev->dataset, "%s",
-             cl_dataset_format(md.ds));
+    snprintf(ev->dataset, sizeof ev->dataset, "%s", cl_dataset_format(md.ds));
     if ((s = embed_images(ev, md.ds)) != CL_OK)
         goto done;
     cl_ckpt_read_meta(rl->ckpt, CL_META_EPOCH, ev->ckpt_epoch,

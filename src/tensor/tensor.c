@@ -116,8 +116,7 @@ cl_tensor cl_tensor_view(void *data, cl_shape shape, cl_dtype dtype)
     return t;
 }
 
-cl_status cl_tensor_reshape(const cl_tensor *t, cl_shape shape,
-                            cl_tensor *view)
+cl_status cl_tensor_reshape(const cl_tensor *t, cl_shape shape, cl_tensor *view)
 {
     char a[96], b[96];
     if (cl_shape_numel(&shape) != cl_shape_numel(&t->shape))
@@ -139,9 +138,10 @@ cl_status cl_tensor_slice0(const cl_tensor *t, int64_t begin, int64_t end,
         return cl_error(CL_ERR_UNSUPPORTED, "slice of a backend-laid tensor");
     cl_shape s = t->shape;
     s.d[0] = end - begin;
-    int64_t row = cl_shape_numel(&t->shape) / (t->shape.d[0] ? t->shape.d[0] : 1);
-    *view = cl_tensor_view((char *)t->data + (size_t)(begin * row) *
-                                                 cl_dtype_size(t->dtype),
+    int64_t row =
+        cl_shape_numel(&t->shape) / (t->shape.d[0] ? t->shape.d[0] : 1);
+    *view = cl_tensor_view((char *)t->data +
+                               (size_t)(begin * row) * cl_dtype_size(t->dtype),
                            s, t->dtype);
     return CL_OK;
 }

@@ -6,8 +6,7 @@
 #include "core/mem.h"
 #include "train/evaluate.h"
 
-double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n,
-                      int k)
+double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n, int k)
 {
     double sum = 0;
     for (int i = 0; i < n; i++) {
@@ -23,21 +22,21 @@ double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n,
     return sum;
 }
 
-cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m,
-                      cl_dist *d, cl_eval_features_fn on_features, void *ctx)
+cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
+                      cl_eval_features_fn on_features, void *ctx)
 {
     cl_graph *g = be->g;
     const int N = g->batch, K = g->num_classes;
     const cl_gtensor *in = &g->tensors[g->input];
-    const size_t per = (size_t)(in->shape.d[1] * in->shape.d[2] *
-                                in->shape.d[3]);
+    const size_t per =
+        (size_t)(in->shape.d[1] * in->shape.d[2] * in->shape.d[3]);
     int dim = 0;
     if (on_features && g->features >= 0)
         dim = (int)g->tensors[g->features].shape.d[1];
     float *xpad = cl_alloc((size_t)N * per * sizeof(float), "eval batch");
     float *logits = cl_alloc((size_t)N * K * sizeof(float), "eval logits");
-    float *feat = dim ? cl_alloc((size_t)N * dim * sizeof(float), "features")
-                      : NULL;
+    float *feat =
+        dim ? cl_alloc((size_t)N * dim * sizeof(float), "features") : NULL;
     cl_status s = CL_OK;
     if (!xpad || !logits || (dim && !feat)) {
         s = CL_ERR_NOMEM;

@@ -14,16 +14,13 @@
  * d of size > 1 the counts of all ranks are summed into every rank's m.
  * features (may be NULL): per sample, the g->features row is passed to
  * on_features(ctx, dataset_index, row, dim) — `classic embed` uses it. */
-typedef void (*cl_eval_features_fn)(void *ctx, int64_t index,
-                                    const float *row, int dim,
-                                    const float *logits, int k);
-cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m,
-                      cl_dist *d, cl_eval_features_fn on_features,
-                      void *ctx);
+typedef void (*cl_eval_features_fn)(void *ctx, int64_t index, const float *row,
+                                    int dim, const float *logits, int k);
+cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
+                      cl_eval_features_fn on_features, void *ctx);
 
 /* Per-sample softmax cross-entropy (no smoothing) of logits (n, K) with
  * labels, summed: what an eval loss reports. */
-double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n,
-                      int k);
+double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n, int k);
 
 #endif

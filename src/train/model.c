@@ -31,8 +31,7 @@ static cl_status meta_int(const cl_st_file *f, const char *path,
     return CL_OK;
 }
 
-static cl_status class_names(cl_model *m, const cl_st_file *f,
-                             const char *path)
+static cl_status class_names(cl_model *m, const cl_st_file *f, const char *path)
 {
     m->class_names = calloc((size_t)m->num_classes, sizeof *m->class_names);
     if (!m->class_names)
@@ -95,12 +94,10 @@ cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
         goto fail;
     }
     m->arch.depth = depth;
-    if ((s = meta_int(f, ckpt, CL_META_IN_CHANNELS, 1, 3, &m->in_c)) !=
-            CL_OK ||
+    if ((s = meta_int(f, ckpt, CL_META_IN_CHANNELS, 1, 3, &m->in_c)) != CL_OK ||
         (s = meta_int(f, ckpt, CL_META_NUM_CLASSES, 1, 100000,
                       &m->num_classes)) != CL_OK ||
-        (s = meta_int(f, ckpt, CL_META_IMAGE_SIZE, 8, 4096, &m->side)) !=
-            CL_OK)
+        (s = meta_int(f, ckpt, CL_META_IMAGE_SIZE, 8, 4096, &m->side)) != CL_OK)
         goto fail;
     m->arch.in_channels = m->in_c;
     m->arch.num_classes = m->num_classes;
@@ -154,8 +151,8 @@ cl_status cl_model_data_open(const cl_model *m, int batch, int num_shards,
     cl_transform_opts to;
     int h = 0, w = 0, c = 0;
     memset(out, 0, sizeof *out);
-    cl_status s = cl_recipe_dataset(&m->cfg, CL_USAGE_TEST, dir, sizeof dir,
-                                    &spec);
+    cl_status s =
+        cl_recipe_dataset(&m->cfg, CL_USAGE_TEST, dir, sizeof dir, &spec);
     if (s != CL_OK)
         return s;
     spec.num_classes = m->num_classes;

@@ -109,8 +109,7 @@ static cl_status open_data(run *r)
     const cl_config *c = r->cfg;
     char dir[2][CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
     cl_dataset_spec spec;
-    CL_TRY(cl_recipe_dataset(c, CL_USAGE_TRAIN, dir[0], sizeof dir[0],
-                             &spec));
+    CL_TRY(cl_recipe_dataset(c, CL_USAGE_TRAIN, dir[0], sizeof dir[0], &spec));
     CL_TRY(cl_dataset_open(&r->train_ds, &spec));
     CL_TRY(cl_recipe_input(c, r->train_ds, &r->in_c, &r->side));
     cl_transform_opts to;
@@ -144,8 +143,8 @@ static cl_status open_data(run *r)
         return CL_OK;
     CL_TRY(cl_recipe_dataset(c, CL_USAGE_TEST, dir[1], sizeof dir[1], &spec));
     CL_TRY(cl_dataset_open(&r->val_ds, &spec));
-    if (cl_dataset_num_classes(r->val_ds) != cl_dataset_num_classes(
-                                                 r->train_ds))
+    if (cl_dataset_num_classes(r->val_ds) !=
+        cl_dataset_num_classes(r->train_ds))
         return cl_error(CL_ERR_CONFIG,
                         "the validation split has %d classes, the training "
                         "split %d",
@@ -181,11 +180,10 @@ static cl_status build_model(run *r)
         if (n > 5 && strcmp(c->pretrained + n - 5, ".ckpt") == 0) {
             /* A MindSpore checkpoint: names mapped onto torchvision's. */
             char note[1024];
-            CL_TRY(cl_error_wrap(
-                cl_interop_load_pretrained(c->pretrained, &r->g,
-                                           CL_CKPT_PRETRAINED, note,
-                                           sizeof note),
-                "pretrained weights: "));
+            CL_TRY(cl_error_wrap(cl_interop_load_pretrained(
+                                     c->pretrained, &r->g, CL_CKPT_PRETRAINED,
+                                     note, sizeof note),
+                                 "pretrained weights: "));
             cl_log(r->lg, CL_LOG_INFO,
                    "pretrained: %s; training starts at step 0 with a fresh "
                    "optimizer",
@@ -194,8 +192,7 @@ static cl_status build_model(run *r)
         }
         cl_ckpt_load_report rep;
         CL_TRY(cl_error_wrap(
-            cl_ckpt_load_model(c->pretrained, &r->g, CL_CKPT_PRETRAINED,
-                               &rep),
+            cl_ckpt_load_model(c->pretrained, &r->g, CL_CKPT_PRETRAINED, &rep),
             "pretrained weights: "));
         cl_log(r->lg, CL_LOG_INFO,
                "pretrained: %d tensors loaded from %s; training starts at "
@@ -231,8 +228,8 @@ static cl_status make_optimizer(run *r)
     }
     cl_optim_config oc;
     CL_TRY(cl_recipe_optim(c, &oc));
-    CL_TRY(cl_optim_create(&r->opt, &oc, r->segs, r->n_segs,
-                           g->n_param_floats));
+    CL_TRY(
+        cl_optim_create(&r->opt, &oc, r->segs, r->n_segs, g->n_param_floats));
     int ranks = r->d ? r->d->size : 1;
     int accum = c->accumulation_steps > 0 ? c->accumulation_steps : 1;
     r->steps_per_epoch = cl_loader_batches_per_epoch(r->train_ld) / accum;
@@ -259,9 +256,8 @@ static cl_status class_names_json(const cl_dataset *ds, int k, cl_strbuf *b)
 {
     CL_TRY(cl_strbuf_addc(b, '['));
     for (int i = 0; i < k; i++) {
-        const char *n = i < cl_dataset_num_classes(ds)
-                            ? cl_dataset_class_name(ds, i)
-                            : "";
+        const char *n =
+            i < cl_dataset_num_classes(ds) ? cl_dataset_class_name(ds, i) : "";
         if (i)
             CL_TRY(cl_strbuf_addc(b, ','));
         CL_TRY(cl_strbuf_add_json_str(b, n, strlen(n)));
@@ -287,8 +283,8 @@ static cl_status save_model(run *r, const char *path, int64_t epoch,
     snprintf(st, sizeof st, "%lld", (long long)step);
     const cl_transform_opts *to = cl_transforms_opts(r->train_tf);
     if (to->normalize) {
-        snprintf(mean, sizeof mean, "%.6g,%.6g,%.6g", to->mean[0],
-                 to->mean[1], to->mean[2]);
+        snprintf(mean, sizeof mean, "%.6g,%.6g,%.6g", to->mean[0], to->mean[1],
+                 to->mean[2]);
         snprintf(stdv, sizeof stdv, "%.6g,%.6g,%.6g", to->std[0], to->std[1],
                  to->std[2]);
     }
@@ -367,8 +363,8 @@ static cl_status rotate(run *r, const char *path)
     while (keep > 0 && r->n_ckpts > keep) {
         remove_checkpoint(r->ckpts[0]);
         free(r->ckpts[0]);
-        memmove(r->ckpts, r->ckpts + 1, (size_t)(r->n_ckpts - 1) *
-                                            sizeof *r->ckpts);
+        memmove(r->ckpts, r->ckpts + 1,
+                (size_t)(r->n_ckpts - 1) * sizeof *r->ckpts);
         r->n_ckpts--;
     }
     return CL_OK;
@@ -378,8 +374,8 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
 {
     const char *path = r->cfg->resume;
     char sp[1024], buf[64];
-    CL_TRY(cl_error_wrap(
-        cl_ckpt_load_model(path, &r->g, CL_CKPT_STRICT, NULL), "resume: "));
+    CL_TRY(cl_error_wrap(cl_ckpt_load_model(path, &r->g, CL_CKPT_STRICT, NULL),
+                         "resume: "));
     state_path(path, sp, sizeof sp);
     if (access(sp, R_OK) != 0)
         return cl_error(CL_ERR_IO,
@@ -426,8 +422,8 @@ static cl_status broadcast_optim(run *r)
         memset(o->seg_steps, 0, (size_t)o->n_segments * sizeof *o->seg_steps);
         o->n_steps = 0;
     }
-    CL_TRY(cl_dist_allreduce_sum_i64(r->d, o->seg_steps,
-                                     (size_t)o->n_segments));
+    CL_TRY(
+        cl_dist_allreduce_sum_i64(r->d, o->seg_steps, (size_t)o->n_segments));
     return cl_dist_allreduce_sum_i64(r->d, &o->n_steps, 1);
 }
 
@@ -598,8 +594,8 @@ static void fill_batch(cl_batch *b, int batch, size_t per)
                per * sizeof(float));
         b->labels[i] = b->labels[j];
         if (b->targets)
-            memcpy(b->targets + (size_t)i * b->k,
-                   b->targets + (size_t)j * b->k, (size_t)b->k * sizeof(float));
+            memcpy(b->targets + (size_t)i * b->k, b->targets + (size_t)j * b->k,
+                   (size_t)b->k * sizeof(float));
     }
     b->n = batch;
 }
@@ -637,8 +633,8 @@ static cl_status write_run_files(run *r)
     return CL_OK;
 }
 
-static cl_status run_eval(run *r, int64_t epoch, int64_t step,
-                          double epoch_s, cl_train_result *res)
+static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
+                          cl_train_result *res)
 {
     cl_metrics_reset(&r->val);
     CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, NULL, NULL));
@@ -696,8 +692,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         goto fail;
 
     cl_backend_opts bo = {cfg->threads, cfg->amp_level};
-    const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref"
-                                                             : "onednn";
+    const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref" : "onednn";
     if ((s = cl_backend_create(&r.be, backend, &r.g, CL_PLAN_TRAIN, &bo)) !=
         CL_OK)
         goto fail;
@@ -720,8 +715,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         cl_log(lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
     }
 
-    const int accum = cfg->accumulation_steps > 0 ? cfg->accumulation_steps
-                                                  : 1;
+    const int accum = cfg->accumulation_steps > 0 ? cfg->accumulation_steps : 1;
     const int64_t batches = cl_loader_batches_per_epoch(r.train_ld);
     const int64_t total = r.steps_per_epoch * cfg->epoch_size;
     const int global_batch = cfg->batch_size * (d ? d->size : 1) * accum;
@@ -766,8 +760,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
             if (b.n < cfg->batch_size)
                 fill_batch(&b, cfg->batch_size, r.in_c * r.side * r.side);
             float loss = 0;
-            if ((s = cl_backend_set_input(r.be, b.x, b.targets ? NULL
-                                                               : b.labels,
+            if ((s = cl_backend_set_input(r.be, b.x,
+                                          b.targets ? NULL : b.labels,
                                           b.targets)) != CL_OK ||
                 (s = cl_backend_forward(r.be, 1, &loss)) != CL_OK)
                 goto fail;
@@ -778,8 +772,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                     "training stopped. Lower lr (e.g. --lr %.4g) or set "
                     "grad_clip_norm; the last good checkpoint is %s",
                     (long long)step + 1, (long long)epoch + 1,
-                    isnan(loss) ? "NaN" : "infinite",
-                    cl_lr_at(&r.lr, step), r.lr.lr / 10,
+                    isnan(loss) ? "NaN" : "infinite", cl_lr_at(&r.lr, step),
+                    r.lr.lr / 10,
                     last_good[0] ? last_good : "(none written yet)");
                 goto fail;
             }
@@ -800,8 +794,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
             if (r.sync && (s = cl_dist_grad_wait(r.sync)) != CL_OK)
                 goto fail;
             if (cfg->grad_clip_norm > 0) {
-                double norm = cl_optim_clip_grad(&r.opt, r.g.grads,
-                                                 cfg->grad_clip_norm);
+                double norm =
+                    cl_optim_clip_grad(&r.opt, r.g.grads, cfg->grad_clip_norm);
                 if (!isfinite(norm)) {
                     s = cl_error(CL_ERR_NUMERIC,
                                  "step %lld: the gradient norm is not "
@@ -819,9 +813,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 goto fail;
             step++;
             int64_t in_epoch = (bi + 1) / accum;
-            if (cfg->per_print_times > 0 &&
-                (step % cfg->per_print_times == 0 ||
-                 in_epoch == r.steps_per_epoch)) {
+            if (cfg->per_print_times > 0 && (step % cfg->per_print_times == 0 ||
+                                             in_epoch == r.steps_per_epoch)) {
                 double now = cl_time_now();
                 double dt = now - t_mark;
                 double w = cl_loader_wait_seconds(r.train_ld) - w_mark;
@@ -841,8 +834,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                     lv[0] /= r.d->size;
                     lv[1] /= r.d->size;
                 }
-                int64_t nsteps = (imgs - imgs_mark) /
-                                 (cfg->batch_size * accum);
+                int64_t nsteps = (imgs - imgs_mark) / (cfg->batch_size * accum);
                 double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
                 double left = ms * (double)(total - step) / 1000;
                 char eta[32];
@@ -857,9 +849,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                              "%.4f) lr %.5g | %.1f img/s %.0f ms/step data "
                              "%.1f%%%s | ETA %s",
                              (long long)epoch + 1, cfg->epoch_size,
-                             (long long)in_epoch,
-                             (long long)r.steps_per_epoch, lv[0], lv[1], lr,
-                             ips * (d ? d->size : 1), ms,
+                             (long long)in_epoch, (long long)r.steps_per_epoch,
+                             lv[0], lv[1], lr, ips * (d ? d->size : 1), ms,
                              dt > 0 ? 100 * w / dt : 0, cs, eta);
                     if (tty)
                         printf("\r\033[K%s", msg);
@@ -946,8 +937,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                  "%s/resnet%d-last.safetensors", cfg->ckpt_save_dir,
                  r.model.depth);
         if ((s = save_checkpoint(&r, res->last_ckpt,
-                                 cfg->epoch_size > 0 ? cfg->epoch_size - 1
-                                                     : 0,
+                                 cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
                                  batches, step)) != CL_OK)
             goto fail;
         /* The final report also evaluates the checkpoint (confusion matrix,

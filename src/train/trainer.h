@@ -9,17 +9,17 @@
 #include "io/config.h"
 
 typedef struct cl_train_result {
-    int64_t steps;        /* optimizer steps taken in total (incl. resumed) */
-    int epochs;           /* epochs completed */
-    double last_loss;     /* smoothed training loss at the end */
-    double val_top1;      /* last evaluation, NaN if none */
+    int64_t steps;    /* optimizer steps taken in total (incl. resumed) */
+    int epochs;       /* epochs completed */
+    double last_loss; /* smoothed training loss at the end */
+    double val_top1;  /* last evaluation, NaN if none */
     double val_top5;
     double val_loss;
-    double best_top1;     /* best evaluation, NaN if none */
-    double seconds;       /* wall time of the loop */
-    double img_per_s;     /* training throughput of this process's loop */
+    double best_top1;       /* best evaluation, NaN if none */
+    double seconds;         /* wall time of the loop */
+    double img_per_s;       /* training throughput of this process's loop */
     double data_wait_share; /* fraction of the loop spent waiting on data */
-    char last_ckpt[640];  /* model file written last ("" if none) */
+    char last_ckpt[640];    /* model file written last ("" if none) */
     char best_ckpt[640];
     int stop_signal; /* SIGINT/SIGTERM that stopped the run, else 0 */
 } cl_train_result;
