@@ -215,7 +215,8 @@ int cl_test_wait(int pid, double timeout_s)
     return -1;
 }
 
-int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
+int cl_test_read_metric(const char *path, const char *kind, const char *key,
+                        double *value, int64_t *step, int max)
 {
     FILE *f = fopen(path, "r");
     char line[4096];
@@ -228,10 +229,10 @@ int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
             continue;
         const cl_json *r = cl_json_root(doc);
         const cl_json *k = cl_json_get(r, "kind");
-        const cl_json *l = cl_json_get(r, "loss");
+        const cl_json *v = cl_json_get(r, key);
         const cl_json *s = cl_json_get(r, "step");
-        if (k && strcmp(k->str, "train") == 0 && l && s) {
-            loss[n] = l->num;
+        if (k && strcmp(k->str, kind) == 0 && v && s) {
+            value[n] = v->num;
             step[n] = s->i;
             n++;
         }
@@ -239,6 +240,11 @@ int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
     }
     fclose(f);
     return n;
+}
+
+int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
+{
+    return cl_test_read_metric(path, "train", "loss", loss, step, max);
 }
 
 static int run_one(int i)

@@ -56,8 +56,12 @@ int cl_test_wait(int pid, double timeout_s);
  * race to create it. */
 const char *cl_test_mpirun(void);
 
-/* The step and loss of every "train" line of a metrics.jsonl, in order, at
- * most max; -1 if the file cannot be opened. */
+/* The step and the number `key` of every line of a metrics.jsonl whose kind
+ * is `kind`, in order, at most max; -1 if the file cannot be opened. */
+int cl_test_read_metric(const char *path, const char *kind, const char *key,
+                        double *value, int64_t *step, int max);
+
+/* cl_test_read_metric of the "train" lines' loss. */
 int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max);
 
 #define CL_TEST(name)                                                          \

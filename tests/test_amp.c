@@ -35,25 +35,12 @@
 /* The val_top1 of the last "eval" line of run_dir/metrics.jsonl, or NAN. */
 static double last_top1(const char *run_dir)
 {
-    char path[1024], line[4096];
+    char path[1024];
+    double top1[64];
+    int64_t step[64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    FILE *f = fopen(path, "r");
-    double top1 = NAN;
-    if (!f)
-        return top1;
-    while (fgets(line, sizeof line, f)) {
-        cl_json_doc *doc = NULL;
-        if (cl_json_parse(&doc, line, strlen(line), NULL, path) != CL_OK)
-            continue;
-        const cl_json *r = cl_json_root(doc);
-        const cl_json *k = cl_json_get(r, "kind");
-        const cl_json *v = cl_json_get(r, "val_top1");
-        if (k && strcmp(k->str, "eval") == 0 && v)
-            top1 = v->num;
-        cl_json_free(doc);
-    }
-    fclose(f);
-    return top1;
+    int n = cl_test_read_metric(path, "eval", "val_top1", top1, step, 64);
+    return n > 0 ? top1[n - 1] : NAN;
 }
 
 /* Number of floating-point tensors in a checkpoint that are not f32 (the
