@@ -14,9 +14,10 @@ the test accuracy.
         --budget 3600 --out results/torch_fashion_mnist.jsonl
 
 Data: Debian's dataset-fashion-mnist IDX files, held in memory as uint8;
-augmentation (pad + random crop, horizontal flip) is done on whole batches
-of tensors, so the data path costs next to nothing (as classic's loader,
-which runs beside the model and is measured by its data-wait share).
+augmentation (pad + random crop, horizontal flip; random erasing when the
+recipe sets re_prob) is done on tensors held in memory, so the data path
+costs next to nothing (as classic's loader, which runs beside the model and
+is measured by its data-wait share).
 """
 import argparse
 import gzip
@@ -125,6 +126,16 @@ def normalize(xb, mean, std):
     return (xb.float() / 255.0 - mean) / std
 
 
+def erase(xb, prob):
+    """torchvision's RandomErasing(p=prob, scale=(0.02, 0.33),
+    ratio=(0.3, 3.3), value=0) on each normalized image, as classic's
+    re_prob does after normalization."""
+    if prob <= 0:
+        return xb
+    re = torchvision.transforms.RandomErasing(p=prob, value=0)
+    return torch.stack([re(img) for img in xb])
+
+
 def evaluate(model, x, y, mean, std, bs, lossf, bf16):
     model.eval()
     correct, loss_sum = 0, 0.0
@@ -194,6 +205,7 @@ def main():
     plain = nn.CrossEntropyLoss()
     pad = int(c.get("random_crop_padding", 0))
     flip = float(c.get("hflip", 0.0))
+    re_prob = float(c.get("re_prob", 0.0))
     out = open(a.out, "w") if a.out else None
 
     def log(rec):
@@ -215,6 +227,7 @@ def main():
         for k in range(spe):
             idx = perm[k * bs:(k + 1) * bs]
             xb = normalize(augment(xtr[idx], pad, flip, gen), mean, std)
+            xb = erase(xb, re_prob)
             for g in opt.param_groups:
                 g["lr"] = lr_at(c, step, spe)
             opt.zero_grad(set_to_none=True)
