@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/onednn_arena.h"
 #include "backend/onednn_bn.h"
+#include "backend/onednn_info.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -139,8 +140,10 @@ static void pair_free(pair *p)
     memset(p, 0, sizeof *p);
 }
 
-static cl_status pair_make(pair *p, build_fn build, int batch,
-                           cl_plan_mode mode, uint64_t seed)
+/* o: the onednn backend's options (NULL: the defaults). */
+static cl_status pair_make_opts(pair *p, build_fn build, int batch,
+                                cl_plan_mode mode, uint64_t seed,
+                                const cl_backend_opts *o)
 {
     memset(p, 0, sizeof *p);
     for (int k = 0; k < 2; k++) {
@@ -152,9 +155,10 @@ static cl_status pair_make(pair *p, build_fn build, int batch,
            p->g[0].n_param_floats * sizeof(float));
     memcpy(p->g[1].buffers, p->g[0].buffers,
            p->g[0].n_buffer_floats * sizeof(float));
-    cl_backend_opts o = {0, 0};
-    CL_TRY(cl_backend_create(&p->be[0], "ref", &p->g[0], mode, &o));
-    CL_TRY(cl_backend_create(&p->be[1], "onednn", &p->g[1], mode, &o));
+    cl_backend_opts def = {0, 0, 0};
+    CL_TRY(cl_backend_create(&p->be[0], "ref", &p->g[0], mode, &def));
+    CL_TRY(
+        cl_backend_create(&p->be[1], "onednn", &p->g[1], mode, o ? o : &def));
     p->nx = (size_t)cl_graph_numel(&p->g[0], p->g[0].input);
     p->x = cl_alloc(p->nx * sizeof(float), "test input");
     p->labels = cl_alloc(sizeof(int32_t) * (size_t)batch, "test labels");
@@ -162,6 +166,12 @@ static cl_status pair_make(pair *p, build_fn build, int batch,
         return CL_ERR_NOMEM;
     fill_input(p->x, p->nx, p->labels, batch, p->g[0].num_classes, seed);
     return CL_OK;
+}
+
+static cl_status pair_make(pair *p, build_fn build, int batch,
+                           cl_plan_mode mode, uint64_t seed)
+{
+    return pair_make_opts(p, build, batch, mode, seed, NULL);
 }
 
 /* Compares tensor t read from both backends. */
@@ -405,6 +415,101 @@ CL_TEST(wide_bottleneck)
     run_parity(build_wide, 3, 1e-4, 2e-4);
 }
 
+/* Convs with outputs of 4x4 and 2x2, whose weight gradients the oneDNN
+ * backend computes as im2col + matmul: 3x3 pad 1 stride 1 and 2, 1x1
+ * stride 1 (no patches) and 2; channel counts off oneDNN's 16-blocks; one
+ * conv with a bias, which keeps oneDNN's backward-weights. */
+static cl_status build_small(cl_graph *g, int batch)
+{
+    int x, a, b, c, r, e, f, s, q, t;
+    (void)batch;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(24, 40, 3, 1, 1);
+    cl_conv2d_attr cb = cl_conv2d_attr_make(40, 36, 3, 2, 1);
+    cl_conv2d_attr cc = cl_conv2d_attr_make(36, 48, 1, 1, 0);
+    cl_conv2d_attr cd = cl_conv2d_attr_make(24, 48, 1, 2, 0);
+    cl_conv2d_attr ce = cl_conv2d_attr_make(48, 48, 3, 1, 1);
+    ce.has_bias = 1;
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(40);
+    CL_TRY(cl_graph_input(g, 24, 4, 4, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv_a", x, &ca, &a));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn_a", a, &bn, &b));
+    CL_TRY(cl_graph_relu(g, "relu_a", b, &r));
+    CL_TRY(cl_graph_conv2d(g, "conv_b", r, &cb, &c));
+    CL_TRY(cl_graph_conv2d(g, "conv_c", c, &cc, &e));
+    CL_TRY(cl_graph_conv2d(g, "down", x, &cd, &f));
+    CL_TRY(cl_graph_add(g, "add", e, f, &s));
+    CL_TRY(cl_graph_relu(g, "relu", s, &q));
+    CL_TRY(cl_graph_conv2d(g, "conv_e", q, &ce, &t));
+    return head(g, t, 48);
+}
+
+/* Both weight-gradient paths against the reference in f32, with the steps
+ * each plan holds; then the two paths against each other on bf16
+ * activations (O2), where they read the same bf16 operands and differ
+ * only in the order of their f32 sums. */
+CL_TEST(wgrad_matmul_small_outputs)
+{
+    for (int direct = 0; direct < 2; direct++) {
+        pair p;
+        cl_backend_opts o = {0, 0, direct};
+        cl_status s = pair_make_opts(&p, build_small, 3, CL_PLAN_TRAIN, 9, &o);
+        if (s != CL_OK) {
+            cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+            pair_free(&p);
+            return;
+        }
+        /* conv_a, conv_b, conv_c, down; patches for all but conv_c. */
+        CHECK(cl_dnnl_plan_steps(p.be[1], "weight gradient matmul") ==
+              (direct ? 0 : 4));
+        CHECK(cl_dnnl_plan_steps(p.be[1], "weight gradient: im2col") ==
+              (direct ? 0 : 3));
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+            CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+            CHECK_OK(cl_backend_backward(p.be[k]));
+        }
+        CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
+        check_grads(&p, 2e-4);
+        pair_free(&p);
+    }
+    cl_graph g[2];
+    cl_backend *be[2] = {NULL, NULL};
+    memset(g, 0, sizeof g);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE_OK(cl_graph_init(&g[k], 8));
+        REQUIRE_OK(build_small(&g[k], 8));
+    }
+    fill_params(&g[0], 4);
+    memcpy(g[1].params, g[0].params, g[0].n_param_floats * sizeof(float));
+    memcpy(g[1].buffers, g[0].buffers, g[0].n_buffer_floats * sizeof(float));
+    size_t nx = (size_t)cl_graph_numel(&g[0], g[0].input);
+    float *x = cl_alloc(nx * sizeof(float), "x");
+    int32_t labels[8];
+    REQUIRE(x);
+    fill_input(x, nx, labels, 8, K_CLASSES, 4);
+    for (int k = 0; k < 2; k++) {
+        cl_backend_opts o = {0, 2, k};
+        CHECK_OK(cl_backend_create(&be[k], "onednn", &g[k], CL_PLAN_TRAIN, &o));
+        if (!be[k])
+            break;
+        CHECK_OK(cl_backend_set_input(be[k], x, labels, NULL));
+        CHECK_OK(cl_backend_forward(be[k], 1, NULL));
+        CHECK_OK(cl_backend_backward(be[k]));
+    }
+    if (be[0] && be[1]) {
+        CHECK(cl_dnnl_plan_steps(be[0], "weight gradient matmul") == 4);
+        CHECK(cl_dnnl_plan_steps(be[1], "weight gradient matmul") == 0);
+        CHECK_REL(g[0].grads, g[1].grads, g[0].n_param_floats, 1e-5,
+                  "O2 gradients, matmul against direct");
+    }
+    for (int k = 0; k < 2; k++) {
+        cl_backend_destroy(be[k]);
+        cl_graph_free(&g[k]);
+    }
+    cl_free(x);
+}
+
 /* BN straight on the plain 3-channel input: oneDNN's BN primitive (the
  * blocked whole-16 layouts run onednn_bn.c instead). */
 static cl_status build_bn_input(cl_graph *g, int batch)
@@ -546,7 +651,7 @@ CL_TEST(resnet18_infer_plan_folds_bn)
     REQUIRE_OK(cl_graph_init(&g, 3));
     REQUIRE_OK(build_r18(&g, 3));
     fill_params(&g, 3);
-    cl_backend_opts o = {0, 0};
+    cl_backend_opts o = {0, 0, 0};
     CHECK_OK(cl_backend_create(&tr, "onednn", &g, CL_PLAN_TRAIN, &o));
     CHECK_OK(cl_backend_create(&inf, "onednn", &g, CL_PLAN_INFER, &o));
     size_t nx = (size_t)cl_graph_numel(&g, g.input);
@@ -652,7 +757,7 @@ CL_TEST(sync_bn_one_rank_equals_plain_bn)
     REQUIRE_OK(build_r18(&g, 3));
     memcpy(g.params, p.g[0].params, g.n_param_floats * sizeof(float));
     memcpy(g.buffers, p.g[0].buffers, g.n_buffer_floats * sizeof(float));
-    cl_backend_opts o = {0, 0};
+    cl_backend_opts o = {0, 0, 0};
     REQUIRE_OK(cl_backend_create(&plain, "onednn", &g, CL_PLAN_TRAIN, &o));
     sum_hook h[2];
     memset(h, 0, sizeof h);
@@ -795,7 +900,7 @@ static cl_status amp_make(amp_set *a, int side)
         CL_TRY(cl_graph_init(&a->g[k], 4));
         CL_TRY(cl_resnet_build(&a->g[k], &c, side, side, 0, 0.0f));
         CL_TRY(cl_resnet_init(&a->g[k], &c, 21));
-        cl_backend_opts o = {0, k < 3 ? k : 0};
+        cl_backend_opts o = {0, k < 3 ? k : 0, 0};
         CL_TRY(cl_backend_create(&a->be[k], "onednn", &a->g[k], CL_PLAN_TRAIN,
                                  &o));
     }
@@ -938,7 +1043,7 @@ CL_TEST(amp_o2_trains_evaluates_and_infers)
         REQUIRE_OK(cl_graph_init(&g[k], 4));
         REQUIRE_OK(cl_resnet_build(&g[k], &c, 16, 16, 0, 0.0f));
         REQUIRE_OK(cl_resnet_init(&g[k], &c, 5));
-        cl_backend_opts o = {0, 2 * k};
+        cl_backend_opts o = {0, 2 * k, 0};
         REQUIRE_OK(
             cl_backend_create(&be[k], "onednn", &g[k], CL_PLAN_TRAIN, &o));
     }
@@ -979,7 +1084,7 @@ CL_TEST(amp_o2_trains_evaluates_and_infers)
     CHECK(curve[1][4] < 0.8f * curve[1][0]);
     double e_eval = -1, e_inf = -1, e_sync = -1;
     /* lg[0]: O0 evaluation on O2's weights; lg[1]: O2's own. */
-    cl_backend_opts o0 = {0, 0}, o2 = {0, 2};
+    cl_backend_opts o0 = {0, 0, 0}, o2 = {0, 2, 0};
     CHECK_OK(cl_backend_create(&f32, "onednn", &g[1], CL_PLAN_TRAIN, &o0));
     CHECK_OK(cl_backend_create(&inf, "onednn", &g[1], CL_PLAN_INFER, &o2));
     REQUIRE(f32 && inf);
@@ -1123,7 +1228,7 @@ CL_TEST(amp_unsupported)
     cl_backend *be = NULL;
     REQUIRE_OK(cl_graph_init(&g, 2));
     REQUIRE_OK(build_bn_relu(&g, 2));
-    cl_backend_opts o = {0, 2};
+    cl_backend_opts o = {0, 2, 0};
     CHECK_ERR(cl_backend_create(&be, "ref", &g, CL_PLAN_TRAIN, &o),
               CL_ERR_UNSUPPORTED, "amp_level O2 (bf16) runs on the onednn");
     CHECK(be == NULL);
@@ -1139,7 +1244,7 @@ CL_TEST(bad_input)
     cl_backend *be = NULL;
     REQUIRE_OK(cl_graph_init(&g, 2));
     REQUIRE_OK(build_conv(&g, 2));
-    cl_backend_opts o = {0, 0};
+    cl_backend_opts o = {0, 0, 0};
     REQUIRE_OK(cl_backend_create(&be, "onednn", &g, CL_PLAN_TRAIN, &o));
     float x[2 * 3 * 11 * 9] = {0};
     int32_t bad[2] = {0, K_CLASSES};

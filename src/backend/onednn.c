@@ -63,7 +63,8 @@ typedef enum dn_step_kind {
     STEP_FOLD,     /* inference: BN folded into conv `node`'s weights */
     STEP_BN_FWD,   /* BN training forward on nChw16c (onednn_bn.c) */
     STEP_BN_INFER, /* BN with given statistics on nChw16c */
-    STEP_BN_BWD    /* BN backward on nChw16c */
+    STEP_BN_BWD,   /* BN backward on nChw16c */
+    STEP_IM2COL    /* conv `node`'s input as patch rows (wgrad_as_matmul) */
 } dn_step_kind;
 
 typedef struct dn_step {
@@ -152,6 +153,7 @@ typedef struct dn_ctx {
     int max_bn_channels;
     int prim_bn;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
+    int direct_wgrad; /* cl_backend_opts.direct_wgrad */
 } dn_ctx;
 
 /* ---- errors and small helpers ------------------------------------------- */
@@ -1420,6 +1422,145 @@ static cl_status bwd_weights_copy(dn_ctx *d, int i,
     return CL_OK;
 }
 
+/* ---- weight gradient as a matmul ---------------------------------------
+ *
+ * dW (O, KH*KW*C) = dy^T (O, P) x cols (P, KH*KW*C), P = N*OH*OW, where
+ * row p of cols holds the input patch output pixel p reads, (kh, kw, c)
+ * with c fastest: dy and x reordered to NHWC make both operands plain
+ * matrices, and the patch rows are whole C-runs of NHWC x (a 1x1 stride-1
+ * conv needs no patches: NHWC x is cols).  dW comes out OHWI, reordered
+ * into the OIHW grad arena (1x1: the same thing, written there directly).
+ *
+ * Why: when OH*OW is small (ResNet-50's layer3 and layer4 at 28x28 input
+ * run at 4x4 and 2x2) oneDNN 2.6's jit backward-weights kernels run at a
+ * third of what its matmul reaches on the same product (bf16, one thread,
+ * mb128 512->512 3x3 at 2x2: 133 against 410 GFLOPS; 1x1 512->2048: 116
+ * against 420), and the Fashion-MNIST recipe spent more time there than
+ * in the forward (docs/amp.md).  At 7x7 and up the two are even. */
+enum { DN_WGRAD_MATMUL_MAX_HW = 16 };
+
+static int wgrad_as_matmul(const dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    const cl_shape *y = &gt(d, n->out)->shape;
+    return !d->direct_wgrad && a->groups == 1 && !a->has_bias && a->dh == 1 &&
+           a->dw == 1 && y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
+}
+
+/* Store s (layout md) in NHWC, same type: s itself when md is NHWC, else a
+ * copy made by a reorder at node i's backward time. */
+static cl_status nhwc_copy(dn_ctx *d, int i, const char *what, int s,
+                           const dnnl_memory_desc_t *md,
+                           dnnl_memory_desc_t *out, int *store)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *r;
+    DN(dnnl_memory_desc_init_by_tag(out, 4, md->dims, md->data_type, dnnl_nhwc),
+       i, what);
+    *store = s;
+    if (md_eq(md, out))
+        return CL_OK;
+    TRY(md_store(d, out, store));
+    TRY(reorder_make(d, i, what, md, out, &pd, &prim));
+    TRY(step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &r));
+    arg_store(d, r, DNNL_ARG_FROM, s, md);
+    arg_store(d, r, DNNL_ARG_TO, *store, out);
+fail:
+    return st;
+}
+
+/* The weight gradient of conv i from dy (dmd) and the forward's src into
+ * gw (OIHW, plain md wplain). */
+static cl_status plan_wgrad_matmul(dn_ctx *d, int i, int dy,
+                                   const dnnl_memory_desc_t *dmd,
+                                   const dnnl_memory_desc_t *wplain, float *gw)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    const dn_node *x = &d->nd[i];
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    dnnl_memory_desc_t dyh, xh, amd, bmd, cmd, wohwi;
+    int dys, xhs, cols, tmp;
+    const int64_t C = a->in_ch, O = a->out_ch;
+    const int64_t P = dmd->dims[0] * dmd->dims[2] * dmd->dims[3];
+    const int64_t KC = (int64_t)a->kh * a->kw * C;
+    TRY(nhwc_copy(d, i, "weight gradient: dy to NHWC", dy, dmd, &dyh, &dys));
+    TRY(nhwc_copy(d, i, "weight gradient: src to NHWC", x->src, &x->src_md, &xh,
+                  &xhs));
+    dnnl_dims_t bdims = {P, KC}, cdims = {O, KC}, adims = {O, P};
+    dnnl_dims_t astr = {1, O};
+    DN(dnnl_memory_desc_init_by_strides(&amd, 2, adims, dyh.data_type, astr), i,
+       "weight gradient matmul");
+    DN(dnnl_memory_desc_init_by_tag(&bmd, 2, bdims, xh.data_type, dnnl_ab), i,
+       "weight gradient matmul");
+    DN(dnnl_memory_desc_init_by_tag(&cmd, 2, cdims, dnnl_f32, dnnl_ab), i,
+       "weight gradient matmul");
+    int patches = a->kh != 1 || a->kw != 1 || a->sh != 1 || a->sw != 1 ||
+                  a->ph != 0 || a->pw != 0;
+    cols = xhs;
+    if (patches) {
+        TRY(md_store(d, &bmd, &cols));
+        TRY(step_new(d, &d->bwd, STEP_IM2COL, i, "weight gradient: im2col",
+                     tb(d, i), &s));
+        arg_store(d, s, 0, xhs, &xh);
+        arg_store(d, s, 1, cols, &bmd);
+    }
+    DN(dnnl_matmul_desc_init(&mm, &amd, &bmd, NULL, &cmd), i,
+       "weight gradient matmul descriptor");
+    TRY(prim_make(d, i, "weight gradient matmul", &mm, NULL, NULL, &pd, &prim));
+    TRY(step_prim(d, &d->bwd, i, "weight gradient matmul", tb(d, i), pd, prim,
+                  &s));
+    arg_store(d, s, DNNL_ARG_SRC, dys, &amd);
+    arg_store(d, s, DNNL_ARG_WEIGHTS, cols, &bmd);
+    if (a->kh == 1 && a->kw == 1) {
+        arg_ext(s, DNNL_ARG_DST, gw, &cmd);
+        return CL_OK;
+    }
+    TRY(md_store(d, &cmd, &tmp));
+    arg_store(d, s, DNNL_ARG_DST, tmp, &cmd);
+    DN(dnnl_memory_desc_init_by_tag(&wohwi, 4, wplain->dims, dnnl_f32,
+                                    dnnl_ohwi),
+       i, "weight gradient matmul");
+    TRY(diff_weights_back(d, i, tmp, &wohwi, wplain, gw));
+fail:
+    return st;
+}
+
+/* Patch rows of an STEP_IM2COL step: args[0] NHWC x, args[1] cols. */
+static void im2col(dn_ctx *d, const dn_step *s)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    const cl_shape *xs = &gt(d, n->in[0])->shape, *ys = &gt(d, n->out)->shape;
+    const int64_t H = xs->d[2], W = xs->d[3];
+    const int64_t OH = ys->d[2], OW = ys->d[3], P = xs->d[0] * OH * OW;
+    const size_t run = (size_t)a->in_ch * (md_bf16(&s->args[0].md) ? 2 : 4);
+    const char *x = arg_ptr(d, &s->args[0]);
+    char *cols = arg_ptr(d, &s->args[1]);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < P; p++) {
+        int64_t ow = p % OW, oh = p / OW % OH, b = p / (OW * OH);
+        char *row = cols + (size_t)p * (size_t)(a->kh * a->kw) * run;
+        for (int kh = 0; kh < a->kh; kh++) {
+            int64_t ih = oh * a->sh - a->ph + kh;
+            for (int kw = 0; kw < a->kw; kw++, row += run) {
+                int64_t iw = ow * a->sw - a->pw + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                    memset(row, 0, run);
+                else
+                    memcpy(row, x + (size_t)((b * H + ih) * W + iw) * run, run);
+            }
+        }
+    }
+}
+
 static cl_status plan_conv_bwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -1451,6 +1592,12 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     md_any(&wf32, wnd, wdims, dnnl_f32); /* weight gradients stay f32 */
     md_plain(&wplain, wnd, wdims);
     md_1d(&bmd, a->out_ch);
+    float *gw = cl_graph_grad(g, n->param[0]);
+    if (wgrad_as_matmul(d, i)) {
+        TRY(plan_wgrad_matmul(d, i, dy, dmd, &wplain, gw));
+        TRY(hook_step(d, i, n->param[0]));
+        goto data;
+    }
 
     DN(dnnl_dilated_convolution_backward_weights_desc_init(
            &cd, dnnl_convolution_direct, smd, &wf32, a->has_bias ? &bmd : NULL,
@@ -1463,7 +1610,6 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
                   prim, &s));
     arg_store(d, s, DNNL_ARG_SRC, xs, smd);
     arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    float *gw = cl_graph_grad(g, n->param[0]);
     TRY(diff_weights(d, i, s, &dwmd, &wplain, gw, &tmp));
     if (a->has_bias)
         arg_ext(s, DNNL_ARG_DIFF_BIAS, cl_graph_grad(g, n->param[1]), &bmd);
@@ -1472,6 +1618,7 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     if (a->has_bias)
         TRY(hook_step(d, i, n->param[1]));
 
+data:
     TRY(grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
@@ -2029,6 +2176,9 @@ static cl_status run_list(dn_ctx *d, dn_list *l)
         case STEP_BN_BWD:
             TRY(own_bn(d, s));
             break;
+        case STEP_IM2COL:
+            im2col(d, s);
+            break;
         }
     }
     DN(dnnl_stream_wait(d->strm), -1, "stream wait");
@@ -2067,6 +2217,18 @@ static void free_list(dn_list *l)
     cl_free(l->s);
     l->s = NULL;
     l->n = l->cap = 0;
+}
+
+int cl_dnnl_plan_steps(const cl_backend *be, const char *what)
+{
+    const dn_ctx *d = be->priv;
+    const dn_list *l[] = {&d->fwd_train, &d->fwd_eval, &d->bwd, &d->sync,
+                          &d->in};
+    int count = 0;
+    for (size_t k = 0; k < sizeof l / sizeof l[0]; k++)
+        for (int j = 0; j < l[k]->n; j++)
+            count += strcmp(l[k]->s[j].what, what) == 0;
+    return count;
 }
 
 /* Flush-to-zero and denormals-are-zero on the calling thread and every
@@ -2190,6 +2352,7 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->mode = mode;
     d->prim_bn = -1;
     d->amp = be->opts.amp_level;
+    d->direct_wgrad = be->opts.direct_wgrad;
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
     dn_ftz();

@@ -1,4 +1,5 @@
-/* What oneDNN reports about itself and this CPU. */
+/* What oneDNN reports about itself and this CPU, and what a plan made of
+ * it. */
 #ifndef CL_BACKEND_ONEDNN_INFO_H
 #define CL_BACKEND_ONEDNN_INFO_H
 
@@ -8,5 +9,11 @@
 void cl_dnnl_version_string(char *buf, size_t n);
 /* The instruction set oneDNN dispatches to, e.g. "avx512_core_bf16". */
 const char *cl_dnnl_isa_name(void);
+
+struct cl_backend;
+/* Steps of an onednn backend's plan (every list) named `what`, e.g.
+ * "weight gradient matmul": which path the plan took for tests and
+ * benchmarks to check. */
+int cl_dnnl_plan_steps(const struct cl_backend *be, const char *what);
 
 #endif
