@@ -2222,6 +2222,8 @@ static void free_list(dn_list *l)
 int cl_dnnl_plan_steps(const cl_backend *be, const char *what)
 {
     const dn_ctx *d = be->priv;
+    if (be->vt != &cl_backend_onednn_vtbl || !d)
+        return -1;
     const dn_list *l[] = {&d->fwd_train, &d->fwd_eval, &d->bwd, &d->sync,
                           &d->in};
     int count = 0;

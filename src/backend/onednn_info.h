@@ -12,8 +12,8 @@ const char *cl_dnnl_isa_name(void);
 
 struct cl_backend;
 /* Steps of an onednn backend's plan (every list) named `what`, e.g.
- * "weight gradient matmul": which path the plan took for tests and
- * benchmarks to check. */
+ * "weight gradient matmul": which path the plan took, for tests and
+ * benchmarks to check; -1 for another backend or one without a plan. */
 int cl_dnnl_plan_steps(const struct cl_backend *be, const char *what);
 
 #endif

@@ -318,7 +318,10 @@ int cl_cmd_bench(int argc, char **argv)
     printf("classic bench: %s, %s stem, %d classes, %dx%d, batch %d, "
            "%d threads, backend %s, amp O%d, wgrad %s (cpu isa %s)\n",
            o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
-           o.backend, o.amp, o.direct_wgrad ? "direct" : "matmul",
+           o.backend, o.amp,
+           strcmp(o.backend, "onednn") != 0 ? "n/a"
+           : o.direct_wgrad                 ? "direct"
+                                            : "matmul",
            cl_dnnl_isa_name());
     printf("peak      %.1f GFLOPS (sgemm 2048^3, best of 4)\n", peak);
     int modes[2] = {strcmp(o.mode, "infer") != 0, strcmp(o.mode, "train") != 0};
