@@ -23,11 +23,18 @@
 
 CL_TEST(overfit_smoke)
 {
-    /* The seeds' smoke test: 128 images memorised in a few hundred steps. */
+    /* The seeds' smoke test: 128 images memorised in 120 steps.  Cosine
+     * decay, not a constant lr: at a constant 0.02 the batch-32 loss swings
+     * by 2x from step to step (BN over 32 values at layer4's 1x1), and the
+     * last losses then depend on the order of float sums (seeds 7/8/9
+     * ended at 0.03/0.14/0.23 with oneDNN's backward-weights, 0.29/0.29/
+     * 0.35 with the weight-gradient matmul, whose gradients agree to 1e-5);
+     * decayed, the matmul build ends at 0.007/0.003/0.027 and evaluates
+     * the 128 images at 100%. */
     char args[2048];
     snprintf(args, sizeof args,
              "train " QUICK "--limit_train 128 --batch_size 32 --epoch_size "
-             "30 --lr 0.02 --scheduler constant --warmup_epochs 0 "
+             "30 --lr 0.02 --scheduler cosine_decay --warmup_epochs 0 "
              "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 4 "
              "--ckpt_save_dir %s",
              cl_test_path("overfit"));
