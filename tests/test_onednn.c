@@ -123,7 +123,7 @@ static void fill_input(float *x, size_t n, int32_t *labels, int N, int K,
 /* Two copies of one graph with equal params, one per backend. */
 typedef struct pair {
     cl_graph g[2];
-    cl_backend *be[2]; /* 0: ref, 1: onednn */
+    cl_backend *be[2]; /* 0: the reference side, 1: the side under test */
     float *x;
     int32_t *labels;
     size_t nx;
@@ -140,10 +140,11 @@ static void pair_free(pair *p)
     memset(p, 0, sizeof *p);
 }
 
-/* o: the onednn backend's options (NULL: the defaults). */
-static cl_status pair_make_opts(pair *p, build_fn build, int batch,
-                                cl_plan_mode mode, uint64_t seed,
-                                const cl_backend_opts *o)
+/* be[k] is backend name[k] with options o[k]. */
+static cl_status pair_make_two(pair *p, build_fn build, int batch,
+                               cl_plan_mode mode, uint64_t seed,
+                               const char *const name[2],
+                               const cl_backend_opts o[2])
 {
     memset(p, 0, sizeof *p);
     for (int k = 0; k < 2; k++) {
@@ -155,10 +156,8 @@ static cl_status pair_make_opts(pair *p, build_fn build, int batch,
            p->g[0].n_param_floats * sizeof(float));
     memcpy(p->g[1].buffers, p->g[0].buffers,
            p->g[0].n_buffer_floats * sizeof(float));
-    cl_backend_opts def = {0, 0, 0};
-    CL_TRY(cl_backend_create(&p->be[0], "ref", &p->g[0], mode, &def));
-    CL_TRY(
-        cl_backend_create(&p->be[1], "onednn", &p->g[1], mode, o ? o : &def));
+    for (int k = 0; k < 2; k++)
+        CL_TRY(cl_backend_create(&p->be[k], name[k], &p->g[k], mode, &o[k]));
     p->nx = (size_t)cl_graph_numel(&p->g[0], p->g[0].input);
     p->x = cl_alloc(p->nx * sizeof(float), "test input");
     p->labels = cl_alloc(sizeof(int32_t) * (size_t)batch, "test labels");
@@ -166,6 +165,19 @@ static cl_status pair_make_opts(pair *p, build_fn build, int batch,
         return CL_ERR_NOMEM;
     fill_input(p->x, p->nx, p->labels, batch, p->g[0].num_classes, seed);
     return CL_OK;
+}
+
+/* ref against onednn; o: the onednn backend's options (NULL: the
+ * defaults). */
+static cl_status pair_make_opts(pair *p, build_fn build, int batch,
+                                cl_plan_mode mode, uint64_t seed,
+                                const cl_backend_opts *o)
+{
+    static const char *const names[2] = {"ref", "onednn"};
+    cl_backend_opts two[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (o)
+        two[1] = *o;
+    return pair_make_two(p, build, batch, mode, seed, names, two);
 }
 
 static cl_status pair_make(pair *p, build_fn build, int batch,
@@ -447,48 +459,24 @@ static cl_status build_small(cl_graph *g, int batch)
  * tensor. */
 static void wgrad_paths_bf16(int amp)
 {
-    cl_graph g[2];
-    cl_backend *be[2] = {NULL, NULL};
-    memset(g, 0, sizeof g);
+    static const char *const names[2] = {"onednn", "onednn"};
+    const cl_backend_opts o[2] = {{0, amp, 0}, {0, amp, 1}};
+    pair p;
+    cl_status s = pair_make_two(&p, build_small, 8, CL_PLAN_TRAIN, 4, names, o);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "O%d setup: %s", amp, cl_last_error());
+        pair_free(&p);
+        return;
+    }
+    CHECK(cl_dnnl_plan_steps(p.be[0], "weight gradient matmul") == 4);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "weight gradient matmul") == 0);
     for (int k = 0; k < 2; k++) {
-        REQUIRE_OK(cl_graph_init(&g[k], 8));
-        REQUIRE_OK(build_small(&g[k], 8));
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, NULL));
+        CHECK_OK(cl_backend_backward(p.be[k]));
     }
-    fill_params(&g[0], 4);
-    memcpy(g[1].params, g[0].params, g[0].n_param_floats * sizeof(float));
-    memcpy(g[1].buffers, g[0].buffers, g[0].n_buffer_floats * sizeof(float));
-    size_t nx = (size_t)cl_graph_numel(&g[0], g[0].input);
-    float *x = cl_alloc(nx * sizeof(float), "x");
-    int32_t labels[8];
-    REQUIRE(x);
-    fill_input(x, nx, labels, 8, K_CLASSES, 4);
-    for (int k = 0; k < 2; k++) {
-        cl_backend_opts o = {0, amp, k};
-        CHECK_OK(cl_backend_create(&be[k], "onednn", &g[k], CL_PLAN_TRAIN, &o));
-        if (!be[k])
-            break;
-        CHECK_OK(cl_backend_set_input(be[k], x, labels, NULL));
-        CHECK_OK(cl_backend_forward(be[k], 1, NULL));
-        CHECK_OK(cl_backend_backward(be[k]));
-    }
-    if (be[0] && be[1]) {
-        CHECK(cl_dnnl_plan_steps(be[0], "weight gradient matmul") == 4);
-        CHECK(cl_dnnl_plan_steps(be[1], "weight gradient matmul") == 0);
-        for (int t = 0; t < g[0].n_tensors; t++) {
-            if (g[0].tensors[t].kind != CL_GT_PARAM)
-                continue;
-            char what[96];
-            snprintf(what, sizeof what, "O%d grad %s, matmul against direct",
-                     amp, g[0].tensors[t].name);
-            CHECK_REL(cl_graph_grad(&g[0], t), cl_graph_grad(&g[1], t),
-                      (size_t)cl_graph_numel(&g[0], t), 1e-5, what);
-        }
-    }
-    for (int k = 0; k < 2; k++) {
-        cl_backend_destroy(be[k]);
-        cl_graph_free(&g[k]);
-    }
-    cl_free(x);
+    check_grads(&p, 1e-5);
+    pair_free(&p);
 }
 
 /* Both weight-gradient paths against the reference in f32, with the steps

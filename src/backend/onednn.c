@@ -153,7 +153,6 @@ typedef struct dn_ctx {
     int max_bn_channels;
     int prim_bn;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
-    int direct_wgrad; /* cl_backend_opts.direct_wgrad */
 } dn_ctx;
 
 /* ---- errors and small helpers ------------------------------------------- */
@@ -784,29 +783,35 @@ fail:
     return st;
 }
 
-/* Gradient store ds (md) in type dt for node i's backward: ds itself, or
- * a copy made by a reorder at that time. */
-static cl_status grad_as(dn_ctx *d, int i, int ds, const dnnl_memory_desc_t *md,
-                         dnnl_data_type_t dt, dnnl_memory_desc_t *out,
-                         int *store)
+/* Store s (layout md) in layout want for node i's backward: s itself when
+ * the two match, else a copy made by a reorder at that time. */
+static cl_status bwd_copy(dn_ctx *d, int i, const char *what, int s,
+                          const dnnl_memory_desc_t *md,
+                          const dnnl_memory_desc_t *want, int *store)
 {
     cl_status st = CL_OK;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
-    dn_step *s;
-    *out = *md;
-    *store = ds;
-    if (md->data_type == dt)
+    dn_step *r;
+    *store = s;
+    if (md_eq(md, want))
         return CL_OK;
-    *out = md_as(md, dt);
-    TRY(md_store(d, out, store));
-    TRY(reorder_make(d, i, "gradient precision cast", md, out, &pd, &prim));
-    TRY(step_prim(d, &d->bwd, i, "gradient precision cast", tb(d, i), pd, prim,
-                  &s));
-    arg_store(d, s, DNNL_ARG_FROM, ds, md);
-    arg_store(d, s, DNNL_ARG_TO, *store, out);
+    TRY(md_store(d, want, store));
+    TRY(reorder_make(d, i, what, md, want, &pd, &prim));
+    TRY(step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &r));
+    arg_store(d, r, DNNL_ARG_FROM, s, md);
+    arg_store(d, r, DNNL_ARG_TO, *store, want);
 fail:
     return st;
+}
+
+/* Gradient store ds (md) in type dt for node i's backward. */
+static cl_status grad_as(dn_ctx *d, int i, int ds, const dnnl_memory_desc_t *md,
+                         dnnl_data_type_t dt, dnnl_memory_desc_t *out,
+                         int *store)
+{
+    *out = md_as(md, dt);
+    return bwd_copy(d, i, "gradient precision cast", ds, md, out, store);
 }
 
 /* A weight copy in layout md refreshed from src (plain) by a sync step. */
@@ -1444,30 +1449,20 @@ static int wgrad_as_matmul(const dn_ctx *d, int i)
     const cl_node *n = &d->g->nodes[i];
     const cl_conv2d_attr *a = &n->attr.conv2d;
     const cl_shape *y = &gt(d, n->out)->shape;
-    return !d->direct_wgrad && a->groups == 1 && !a->has_bias && a->dh == 1 &&
-           a->dw == 1 && y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
+    return !d->be->opts.direct_wgrad && a->groups == 1 && !a->has_bias &&
+           a->dh == 1 && a->dw == 1 &&
+           y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
 }
 
-/* Store s (layout md) in NHWC, same type: s itself when md is NHWC, else a
- * copy made by a reorder at node i's backward time. */
+/* Store s (layout md) in NHWC, same type, for node i's backward. */
 static cl_status nhwc_copy(dn_ctx *d, int i, const char *what, int s,
                            const dnnl_memory_desc_t *md,
                            dnnl_memory_desc_t *out, int *store)
 {
     cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *r;
     DN(dnnl_memory_desc_init_by_tag(out, 4, md->dims, md->data_type, dnnl_nhwc),
        i, what);
-    *store = s;
-    if (md_eq(md, out))
-        return CL_OK;
-    TRY(md_store(d, out, store));
-    TRY(reorder_make(d, i, what, md, out, &pd, &prim));
-    TRY(step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &r));
-    arg_store(d, r, DNNL_ARG_FROM, s, md);
-    arg_store(d, r, DNNL_ARG_TO, *store, out);
+    return bwd_copy(d, i, what, s, md, out, store);
 fail:
     return st;
 }
@@ -1589,16 +1584,15 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     int wnd = conv_wdims(d, i, wdims);
     conv_geometry(d, i, strides, dil, pl, pr);
     md_any(&wany, wnd, wdims, conv_dt(d));
-    md_any(&wf32, wnd, wdims, dnnl_f32); /* weight gradients stay f32 */
     md_plain(&wplain, wnd, wdims);
-    md_1d(&bmd, a->out_ch);
     float *gw = cl_graph_grad(g, n->param[0]);
     if (wgrad_as_matmul(d, i)) {
         TRY(plan_wgrad_matmul(d, i, dy, dmd, &wplain, gw));
         TRY(hook_step(d, i, n->param[0]));
         goto data;
     }
-
+    md_any(&wf32, wnd, wdims, dnnl_f32); /* weight gradients stay f32 */
+    md_1d(&bmd, a->out_ch);
     DN(dnnl_dilated_convolution_backward_weights_desc_init(
            &cd, dnnl_convolution_direct, smd, &wf32, a->has_bias ? &bmd : NULL,
            dmd, strides, dil, pl, pr),
@@ -2354,7 +2348,6 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->mode = mode;
     d->prim_bn = -1;
     d->amp = be->opts.amp_level;
-    d->direct_wgrad = be->opts.direct_wgrad;
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
     dn_ftz();
