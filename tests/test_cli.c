@@ -45,15 +45,15 @@ CL_TEST(bench_amp_levels)
     CHECK(strstr(cl_test_out, "backend ref: amp_level O1") != NULL);
 }
 
-/* `classic bench --wgrad` names the weight-gradient path it timed. */
-CL_TEST(bench_wgrad_paths)
+/* `classic bench --convs` names the conv paths it timed. */
+CL_TEST(bench_conv_paths)
 {
     CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
                           "--batch 2 --steps 1 --warmup 1 --mode train "
-                          "--threads 1 --wgrad direct") == 0);
-    CHECK(strstr(cl_test_out, "wgrad direct") != NULL);
+                          "--threads 1 --convs direct") == 0);
+    CHECK(strstr(cl_test_out, "convs direct") != NULL);
     CHECK(strstr(cl_test_out, "bench: mode=train img_s=") != NULL);
-    CHECK(cl_test_classic("bench --wgrad gemm") != 0);
-    CHECK(strstr(cl_test_out, "--wgrad 'gemm' is not matmul or direct") !=
+    CHECK(cl_test_classic("bench --convs gemm") != 0);
+    CHECK(strstr(cl_test_out, "--convs 'gemm' is not rewrite or direct") !=
           NULL);
 }

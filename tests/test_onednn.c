@@ -515,6 +515,74 @@ CL_TEST(wgrad_matmul_small_outputs)
         wgrad_paths_bf16(amp);
 }
 
+/* Strided 1x1 convs whose dx is wanted: `down` (7x7 -> 4x4) shares its
+ * input with conv_b, so its dx is summed with another; `down2` (4x4 ->
+ * 2x2) has the only consumer of its input. */
+static cl_status build_strided_1x1(cl_graph *g, int batch)
+{
+    int x, a, b, r, e, f, s, q, t;
+    (void)batch;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(8, 32, 3, 1, 1);
+    cl_conv2d_attr cb = cl_conv2d_attr_make(32, 48, 3, 2, 1);
+    cl_conv2d_attr cd = cl_conv2d_attr_make(32, 48, 1, 2, 0);
+    cl_conv2d_attr c2 = cl_conv2d_attr_make(48, 64, 1, 2, 0);
+    cl_batchnorm2d_attr bn = cl_batchnorm2d_attr_make(32);
+    CL_TRY(cl_graph_input(g, 8, 7, 7, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv_a", x, &ca, &a));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn_a", a, &bn, &b));
+    CL_TRY(cl_graph_relu(g, "relu_a", b, &r));
+    CL_TRY(cl_graph_conv2d(g, "conv_b", r, &cb, &e));
+    CL_TRY(cl_graph_conv2d(g, "down", r, &cd, &f));
+    CL_TRY(cl_graph_add(g, "add", e, f, &s));
+    CL_TRY(cl_graph_relu(g, "relu", s, &q));
+    CL_TRY(cl_graph_conv2d(g, "down2", q, &c2, &t));
+    return head(g, t, 64);
+}
+
+/* The backward data of strided 1x1 convs on the stride grid, and oneDNN's
+ * strided primitive (direct), both against the reference in f32; then the
+ * two against each other at O2, normwise: their dx sums may round to
+ * different bf16 neighbours. */
+CL_TEST(dgrad_strided_1x1_on_grid)
+{
+    for (int direct = 0; direct < 2; direct++) {
+        pair p;
+        cl_backend_opts o = {0, 0, direct};
+        cl_status s =
+            pair_make_opts(&p, build_strided_1x1, 3, CL_PLAN_TRAIN, 5, &o);
+        if (s != CL_OK) {
+            cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+            pair_free(&p);
+            return;
+        }
+        CHECK(cl_dnnl_plan_steps(p.be[1], "backward data: unstride") ==
+              (direct ? 0 : 2));
+        CHECK(cl_dnnl_plan_steps(p.be[0], "backward data: unstride") == -1);
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+            CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+            CHECK_OK(cl_backend_backward(p.be[k]));
+        }
+        CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
+        check_grads(&p, 2e-4);
+        pair_free(&p);
+    }
+    static const char *const names[2] = {"onednn", "onednn"};
+    const cl_backend_opts o[2] = {{0, 2, 0}, {0, 2, 1}};
+    pair p;
+    REQUIRE_OK(
+        pair_make_two(&p, build_strided_1x1, 8, CL_PLAN_TRAIN, 6, names, o));
+    CHECK(cl_dnnl_plan_steps(p.be[0], "backward data: unstride") == 2);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, NULL));
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    }
+    check_grads_how(&p, 1e-4, 1);
+    pair_free(&p);
+}
+
 /* BN straight on the plain 3-channel input: oneDNN's BN primitive (the
  * blocked whole-16 layouts run onednn_bn.c instead). */
 static cl_status build_bn_input(cl_graph *g, int batch)

@@ -17,10 +17,12 @@ typedef enum cl_plan_mode {
 typedef struct cl_backend_opts {
     int threads;   /* 0: OpenMP's default */
     int amp_level; /* 0: f32; 1: bf16 conv/matmul; 2: bf16 activations too */
-    /* oneDNN: 1 computes every conv's weight gradient with oneDNN's
-     * convolution backward-weights; 0 (default) those of convs with a small
-     * output (onednn.c, wgrad_as_matmul) as im2col + matmul. */
-    int direct_wgrad;
+    /* oneDNN: 1 runs every conv as oneDNN's convolution primitives; 0
+     * (default) computes some shapes another way (onednn.c): the weight
+     * gradient of small outputs as im2col + matmul (wgrad_as_matmul), the
+     * backward data of strided 1x1 convs on the stride grid
+     * (dgrad_unstrided). */
+    int direct_convs;
 } cl_backend_opts;
 
 typedef struct cl_backend_vtbl {

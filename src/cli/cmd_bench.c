@@ -24,7 +24,7 @@ typedef struct bench_opts {
     const char *arch, *stem, *mode, *backend;
     int batch, size, classes, threads, steps, warmup;
     int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
-    int direct_wgrad; /* --wgrad direct: cl_backend_opts.direct_wgrad */
+    int direct_convs; /* --convs direct: cl_backend_opts.direct_convs */
 } bench_opts;
 
 static void bench_usage(FILE *f)
@@ -36,15 +36,17 @@ static void bench_usage(FILE *f)
             "                     [--threads 2] [--steps 10] [--warmup 3]\n"
             "                     [--mode train|infer|both]\n"
             "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
-            "                     [--wgrad matmul|direct]\n\n"
+            "                     [--convs rewrite|direct]\n\n"
             "Times full training steps (forward, backward, momentum-SGD "
             "update)\nand inference on synthetic data after warm-up; prints "
             "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
             "against a 2048^3 sgemm\npeak measured now with the same "
             "threads, and peak RSS.  The last\nlines are `bench: key=value "
-            "...` for scripts.  --wgrad direct takes every\nconv weight "
-            "gradient from oneDNN's backward-weights primitive (the\n"
-            "default computes small-output ones as im2col + matmul).\n");
+            "...` for scripts.  --convs direct runs every conv as\noneDNN's "
+            "convolution primitives; the default (rewrite) computes\nsome "
+            "shapes another way (weight gradients of small outputs as\n"
+            "im2col + matmul, backward data of strided 1x1 convs on the "
+            "stride\ngrid).\n");
 }
 
 static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
@@ -84,7 +86,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->steps = 10;
     o->warmup = 3;
     o->amp = 0;
-    o->direct_wgrad = 0;
+    o->direct_convs = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (i + 1 >= argc) {
@@ -103,12 +105,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->backend = v;
         else if (strcmp(k, "--amp") == 0)
             bad = parse_amp(v, &o->amp);
-        else if (strcmp(k, "--wgrad") == 0) {
-            o->direct_wgrad = strcmp(v, "direct") == 0;
-            if (!o->direct_wgrad && strcmp(v, "matmul") != 0) {
-                fprintf(stderr,
-                        "classic bench: --wgrad '%s' is not matmul or direct\n",
-                        v);
+        else if (strcmp(k, "--convs") == 0) {
+            o->direct_convs = strcmp(v, "direct") == 0;
+            if (!o->direct_convs && strcmp(v, "rewrite") != 0) {
+                fprintf(
+                    stderr,
+                    "classic bench: --convs '%s' is not rewrite or direct\n",
+                    v);
                 return 1;
             }
         } else if (strcmp(k, "--batch") == 0)
@@ -220,7 +223,7 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     if (st != CL_OK)
         goto fail;
     *macs = cl_graph_macs(&g);
-    cl_backend_opts bo = {o->threads, o->amp, o->direct_wgrad};
+    cl_backend_opts bo = {o->threads, o->amp, o->direct_convs};
     st = cl_backend_create(&be, o->backend, &g,
                            train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
     if (st != CL_OK)
@@ -316,12 +319,12 @@ int cl_cmd_bench(int argc, char **argv)
 
     double peak = sgemm_peak();
     printf("classic bench: %s, %s stem, %d classes, %dx%d, batch %d, "
-           "%d threads, backend %s, amp O%d, wgrad %s (cpu isa %s)\n",
+           "%d threads, backend %s, amp O%d, convs %s (cpu isa %s)\n",
            o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
            o.backend, o.amp,
            strcmp(o.backend, "onednn") != 0 ? "n/a"
-           : o.direct_wgrad                 ? "direct"
-                                            : "matmul",
+           : o.direct_convs                 ? "direct"
+                                            : "rewrite",
            cl_dnnl_isa_name());
     printf("peak      %.1f GFLOPS (sgemm 2048^3, best of 4)\n", peak);
     int modes[2] = {strcmp(o.mode, "infer") != 0, strcmp(o.mode, "train") != 0};
