@@ -1428,6 +1428,27 @@ static cl_status bwd_weights_copy(dn_ctx *d, int i,
     return CL_OK;
 }
 
+/* The backward-data step of conv or linear node i made from pd / prim: dy
+ * (dmd) and the weights (w, plain md wplain, in the layout pd asks for)
+ * into store dx (dxmd). */
+static cl_status bwd_data_step(dn_ctx *d, int i, const char *what,
+                               dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
+                               int dy, const dnnl_memory_desc_t *dmd,
+                               const dnnl_memory_desc_t *wplain, float *w,
+                               int dx, const dnnl_memory_desc_t *dxmd)
+{
+    dn_node *x = &d->nd[i];
+    dn_step *s;
+    float *wb;
+    x->wb_md = qmd(pd, dnnl_query_weights_md, 0);
+    CL_TRY(bwd_weights_copy(d, i, wplain, w, &wb));
+    CL_TRY(step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
+    arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
+    arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
+    arg_store(d, s, DNNL_ARG_DIFF_SRC, dx, dxmd);
+    return CL_OK;
+}
+
 /* ---- weight gradient as a matmul ---------------------------------------
  *
  * dW (O, KH*KW*C) = dy^T (O, P) x cols (P, KH*KW*C), P = N*OH*OW, where
@@ -1587,7 +1608,6 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
 {
     cl_status st = CL_OK;
     const cl_node *n = &d->g->nodes[i];
-    dn_node *x = &d->nd[i];
     const dnnl_memory_desc_t *dxmd = in_md(d, n->in[0]);
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t hint = NULL, pd;
@@ -1598,7 +1618,6 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
                          dmd->dims[3]};
     dnnl_dims_t one = {1, 1}, zero = {0, 0};
     int gs;
-    float *wb;
     const char *what = "convolution backward data on the stride grid";
     DN(dnnl_memory_desc_init_by_tag(&gmd, 4, gdims, dxmd->data_type,
                                     dnnl_nChw16c),
@@ -1615,13 +1634,8 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
            &cd, dnnl_convolution_direct, &gmd, &wany, dmd, one, zero, zero),
        i, what);
     TRY(prim_make(d, i, what, &cd, NULL, hint, &pd, &prim));
-    x->wb_md = qmd(pd, dnnl_query_weights_md, 0);
-    TRY(bwd_weights_copy(d, i, wplain, w, &wb));
     TRY(md_store(d, &gmd, &gs));
-    TRY(step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
-    arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-    arg_store(d, s, DNNL_ARG_DIFF_SRC, gs, &gmd);
+    TRY(bwd_data_step(d, i, what, pd, prim, dy, dmd, wplain, w, gs, &gmd));
     TRY(step_new(d, &d->bwd, STEP_UNSTRIDE, i, "backward data: unstride",
                  tb(d, i), &s));
     arg_store(d, s, 0, gs, &gmd);
@@ -1726,14 +1740,8 @@ data:
            i, "convolution backward data descriptor");
         TRY(prim_make(d, i, "convolution backward data", &cd, NULL, x->fwd_pd,
                       &pd, &prim));
-        x->wb_md = qmd(pd, dnnl_query_weights_md, 0);
-        float *wb;
-        TRY(bwd_weights_copy(d, i, &wplain, w, &wb));
-        TRY(step_prim(d, &d->bwd, i, "convolution backward data", tb(d, i), pd,
-                      prim, &s));
-        arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-        arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-        arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, dxmd);
+        TRY(bwd_data_step(d, i, "convolution backward data", pd, prim, dy, dmd,
+                          &wplain, w, tgt, dxmd));
     }
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
@@ -1946,14 +1954,8 @@ static cl_status plan_linear_bwd(dn_ctx *d, int i)
        "inner product backward data descriptor");
     TRY(prim_make(d, i, "inner product backward data", &ipd, NULL, x->fwd_pd,
                   &pd, &prim));
-    x->wb_md = qmd(pd, dnnl_query_weights_md, 0);
-    float *wb;
-    TRY(bwd_weights_copy(d, i, &wplain, w, &wb));
-    TRY(step_prim(d, &d->bwd, i, "inner product backward data", tb(d, i), pd,
-                  prim, &s));
-    arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, dxmd);
+    TRY(bwd_data_step(d, i, "inner product backward data", pd, prim, dy, dmd,
+                      &wplain, w, tgt, dxmd));
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
 fail:
