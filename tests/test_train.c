@@ -13,6 +13,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
+#include "train/evaluate.h"
 
 /* A small, fast configuration: resnet18 with the ImageNet stem at 32x32
  * (the 28x28 images resized), gray input, no augmentation. */
@@ -124,8 +125,10 @@ CL_TEST(resume_gives_the_same_losses)
 }
 
 /* Writes an MNIST-format dataset of n 28x28 images with labels in [0, k)
- * taken from the first Fashion-MNIST test images (labels folded mod k). */
-static void write_idx(const char *dir, const char *split, int n, int k)
+ * taken from the first Fashion-MNIST test images (labels folded mod k),
+ * with mirror each image flipped left-right. */
+static void write_idx(const char *dir, const char *split, int n, int k,
+                      int mirror)
 {
     cl_dataset_spec spec = cl_dataset_spec_default();
     cl_dataset *ds = NULL;
@@ -150,6 +153,12 @@ static void write_idx(const char *dir, const char *split, int n, int k)
     for (int i = 0; i < n; i++) {
         int32_t label;
         REQUIRE_OK(cl_dataset_get(ds, i, 0, &img, &label));
+        for (int y = 0; mirror && y < 28; y++)
+            for (int x = 0; x < 14; x++) {
+                unsigned char *row = img.data + y * 28, t = row[x];
+                row[x] = row[27 - x];
+                row[27 - x] = t;
+            }
         fwrite(img.data, 1, 28 * 28, fi);
         unsigned char l = (unsigned char)(label % k);
         fwrite(&l, 1, 1, fl);
@@ -172,8 +181,8 @@ CL_TEST(finetune_with_a_new_head)
     char mk[700];
     snprintf(mk, sizeof mk, "mkdir -p %s", dir);
     REQUIRE(cl_test_run(mk) == 0);
-    write_idx(dir, "train", 96, 3);
-    write_idx(dir, "t10k", 48, 3);
+    write_idx(dir, "train", 96, 3, 0);
+    write_idx(dir, "t10k", 48, 3, 0);
     snprintf(args, sizeof args,
              "train " QUICK "--dataset mnist --data_dir %s --num_classes 3 "
              "--batch_size 32 --epoch_size 2 --lr 0.01 --val_interval 2 "
@@ -208,6 +217,82 @@ CL_TEST(finetune_with_a_new_head)
     CHECK(diff < 0.01 * norm);
     cl_st_close(a);
     cl_st_close(b);
+}
+
+/* The loss and top-1 that `classic eval` printed last. */
+static void eval_result(double *loss, double *top1)
+{
+    const char *t = strstr(cl_test_out, "samples, loss ");
+    REQUIRE(t != NULL);
+    REQUIRE(sscanf(t, "samples, loss %lf, top-1 %lf%%", loss, top1) == 2);
+}
+
+CL_TEST(eval_hflip_averages_image_and_mirror)
+{
+    /* Flip test-time augmentation: the mean of the logits of an image and
+     * of its mirror.  It gives the same numbers on a set and on its
+     * mirrored copy (plain eval does not: a trained net is not symmetric),
+     * and, cross-entropy being convex in the logits, a loss no larger than
+     * the mean of the two plain losses. */
+    char args[2048];
+    /* At the images' own 28x28 (no resize), so the mirrored set is exactly
+     * the mirror of what the net sees. */
+    snprintf(args, sizeof args,
+             "train --model resnet18 --stem cifar_pool --image_size 28 "
+             "--in_channels 1 --random_crop_padding 0 --hflip 0 "
+             "--label_smoothing 0 --mean 0.286 --std 0.353 --seed 7 "
+             "--limit_train 256 --batch_size 32 --epoch_size 1 "
+             "--eval_hflip true --limit_val 100 --ckpt_save_epochs 0 "
+             "--ckpt_save_dir %s",
+             cl_test_path("tta"));
+    REQUIRE(cl_test_classic(args) == 0);
+    /* The run's validation says it, in the log and in metrics.jsonl. */
+    CHECK(strstr(cl_test_out, "(100 samples, averaged with their mirrors)") !=
+          NULL);
+    const char *m = cl_test_slurp(cl_test_path("tta/metrics.jsonl"));
+    REQUIRE(m != NULL);
+    CHECK(strstr(m, "\"val_samples\":100,") && strstr(m, "\"val_hflip\":true"));
+    const char *ck = cl_test_path("tta/resnet18-last.safetensors");
+    char dir[2][600];
+    double loss[2][2], top1[2][2];
+    for (int mirror = 0; mirror < 2; mirror++) {
+        snprintf(dir[mirror], sizeof dir[mirror], "%s",
+                 cl_test_path(mirror ? "mirrored" : "plain"));
+        char mk[700];
+        snprintf(mk, sizeof mk, "mkdir -p %s", dir[mirror]);
+        REQUIRE(cl_test_run(mk) == 0);
+        write_idx(dir[mirror], "t10k", 100, 10, mirror);
+        for (int tta = 0; tta < 2; tta++) {
+            /* Batch 32: the last batch of 4 is padded. */
+            snprintf(args, sizeof args,
+                     "eval --checkpoint %s --batch 32 --dataset mnist "
+                     "--data_dir %s --eval_hflip %s",
+                     ck, dir[mirror], tta ? "true" : "false");
+            REQUIRE(cl_test_classic(args) == 0);
+            CHECK((strstr(cl_test_out, "averaged with their mirrors") !=
+                   NULL) == tta);
+            CHECK(strstr(cl_test_out, "(100 samples") != NULL);
+            eval_result(&loss[mirror][tta], &top1[mirror][tta]);
+        }
+    }
+    fprintf(stderr,
+            "eval loss plain %.4f mirrored %.4f, with flips %.4f %.4f\n",
+            loss[0][0], loss[1][0], loss[0][1], loss[1][1]);
+    CHECK(loss[0][0] != loss[1][0]);
+    CHECK(loss[0][1] == loss[1][1] && top1[0][1] == top1[1][1]);
+    CHECK(loss[0][1] <= 0.5 * (loss[0][0] + loss[1][0]) + 1e-4);
+    CHECK(loss[0][1] != loss[0][0]);
+}
+
+CL_TEST(eval_mirror_reverses_rows)
+{
+    float x[2 * 3], y[2 * 3];
+    for (int i = 0; i < 6; i++)
+        x[i] = (float)i;
+    cl_eval_mirror(x, y, 2, 3);
+    const float want[6] = {2, 1, 0, 5, 4, 3};
+    for (int i = 0; i < 6; i++)
+        CHECK(y[i] == want[i]);
 }
 
 CL_TEST(predict_and_info)

@@ -91,7 +91,8 @@ int cl_cmd_embed(int argc, char **argv)
         goto fail;
     }
     if ((s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
-        (s = cl_evaluate(m.be, md.ld, &met, NULL, on_features, &sk)) != CL_OK)
+        (s = cl_evaluate(m.be, md.ld, &met, NULL, 0, on_features, &sk)) !=
+            CL_OK)
         goto fail;
     int64_t fd[2] = {sk.n, sk.dim};
     if ((s = cl_st_writer_new(&w)) != CL_OK ||

@@ -17,7 +17,8 @@ static void usage(void)
            "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
            "the\nconfusion matrix.  Data and eval transforms come from the "
            "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
-           "--limit_val).\nUnder mpirun the split is sharded and the counts "
+           "--limit_val,\n--eval_hflip true for flip test-time "
+           "augmentation).\nUnder mpirun the split is sharded and the counts "
            "summed: every sample\nis counted exactly once.\n");
 }
 
@@ -67,12 +68,14 @@ int cl_cmd_eval(int argc, char **argv)
         snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
     if ((s = cl_model_data_open(&m, batch, d.size, d.rank, &md)) != CL_OK ||
         (s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
-        (s = cl_evaluate(m.be, md.ld, &met, &d, NULL, NULL)) != CL_OK)
+        (s = cl_evaluate(m.be, md.ld, &met, &d, m.cfg.eval_hflip, NULL,
+                         NULL)) != CL_OK)
         goto fail;
     if (d.rank == 0) {
-        printf("%s on %s split '%s' (%lld samples)\n", ckpt,
+        printf("%s on %s split '%s' (%lld samples%s)\n", ckpt,
                cl_dataset_format(md.ds), m.cfg.val_split,
-               (long long)cl_metrics_count(&met));
+               (long long)cl_metrics_count(&met),
+               m.cfg.eval_hflip ? ", averaged with their mirrors" : "");
         if ((s = cl_metrics_print(&met, stdout,
                                   (const char *const *)m.class_names)) != CL_OK)
             goto fail;

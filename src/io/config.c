@@ -153,6 +153,9 @@ static const key keys[] = {
     K_FLT(crop_pct, 0, 1, 1, 0, "1",
           "eval: resize to image_size / crop_pct, then center-crop "
           "image_size (ImageNet: 0.875)"),
+    K_BOOL(eval_hflip, "false",
+           "eval: average the logits of each image and its left-right mirror "
+           "(flip test-time augmentation; twice the eval work)"),
 
     GROUP("augmentation (training only)"),
     K_INT(random_crop_padding, 0, 256, "0",

@@ -63,6 +63,7 @@ typedef struct cl_config {
     int batch_size;  /* per process */
     int image_size;  /* the model's input side */
     double crop_pct; /* eval: resize to image_size / crop_pct, center crop */
+    int eval_hflip;  /* eval: average the logits of image and mirror */
     /* ---- augmentation (training only) ---- */
     int random_crop_padding; /* RandomCrop(image_size, padding); 0 off */
     double hflip;            /* probability */

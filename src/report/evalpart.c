@@ -213,7 +213,8 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
         s = CL_ERR_NOMEM;
         goto done;
     }
-    if (cl_evaluate(m.be, md.ld, &met, NULL, on_sample, &mc) != CL_OK) {
+    if (cl_evaluate(m.be, md.ld, &met, NULL, m.cfg.eval_hflip, on_sample,
+                    &mc) != CL_OK) {
         note(ev, "the evaluation failed");
         goto done;
     }

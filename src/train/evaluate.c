@@ -1,4 +1,5 @@
-/* Evaluation loop: padded last batch, exact-once counting, rank reduction. */
+/* Evaluation loop: padded last batch, exact-once counting, rank reduction,
+ * optional flip test-time augmentation. */
 #include <math.h>
 #include <string.h>
 
@@ -22,8 +23,45 @@ double cl_eval_ce_sum(const float *logits, const int32_t *labels, int n, int k)
     return sum;
 }
 
+void cl_eval_mirror(const float *x, float *out, int64_t rows, int w)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *src = x + r * w;
+        float *dst = out + r * w;
+        for (int j = 0; j < w; j++)
+            dst[j] = src[w - 1 - j];
+    }
+}
+
+/* logits <- the batch's logits, with hflip the mean of x's and its mirror's
+ * (mirror is scratch of x's size, tmp of the logits'); feat (may be NULL)
+ * <- x's features, read before the mirrored pass overwrites them. */
+static cl_status forward_logits(cl_backend *be, const float *x, float *logits,
+                                float *feat, int hflip, float *mirror,
+                                float *tmp)
+{
+    cl_graph *g = be->g;
+    cl_status s;
+    if ((s = cl_backend_set_input(be, x, NULL, NULL)) != CL_OK ||
+        (s = cl_backend_forward(be, 0, NULL)) != CL_OK ||
+        (s = cl_backend_read(be, g->logits, logits)) != CL_OK ||
+        (feat && (s = cl_backend_read(be, g->features, feat)) != CL_OK) ||
+        !hflip)
+        return s;
+    const cl_shape *in = &g->tensors[g->input].shape;
+    cl_eval_mirror(x, mirror, in->d[0] * in->d[1] * in->d[2], (int)in->d[3]);
+    if ((s = cl_backend_set_input(be, mirror, NULL, NULL)) != CL_OK ||
+        (s = cl_backend_forward(be, 0, NULL)) != CL_OK ||
+        (s = cl_backend_read(be, g->logits, tmp)) != CL_OK)
+        return s;
+    const size_t n = (size_t)g->batch * (size_t)g->num_classes;
+    for (size_t i = 0; i < n; i++)
+        logits[i] = 0.5f * (logits[i] + tmp[i]);
+    return CL_OK;
+}
+
 cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
-                      cl_eval_features_fn on_features, void *ctx)
+                      int hflip, cl_eval_features_fn on_features, void *ctx)
 {
     cl_graph *g = be->g;
     const int N = g->batch, K = g->num_classes;
@@ -37,8 +75,14 @@ cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
     float *logits = cl_alloc((size_t)N * K * sizeof(float), "eval logits");
     float *feat =
         dim ? cl_alloc((size_t)N * dim * sizeof(float), "features") : NULL;
+    float *mirror =
+        hflip ? cl_alloc((size_t)N * per * sizeof(float), "mirrored batch")
+              : NULL;
+    float *tmp =
+        hflip ? cl_alloc((size_t)N * K * sizeof(float), "mirrored logits")
+              : NULL;
     cl_status s = CL_OK;
-    if (!xpad || !logits || (dim && !feat)) {
+    if (!xpad || !logits || (dim && !feat) || (hflip && (!mirror || !tmp))) {
         s = CL_ERR_NOMEM;
         goto fail;
     }
@@ -59,16 +103,13 @@ cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
                    (size_t)(N - b.n) * per * sizeof(float));
             x = xpad;
         }
-        if ((s = cl_backend_set_input(be, x, NULL, NULL)) != CL_OK ||
-            (s = cl_backend_forward(be, 0, NULL)) != CL_OK ||
-            (s = cl_backend_read(be, g->logits, logits)) != CL_OK)
+        if ((s = forward_logits(be, x, logits, dim ? feat : NULL, hflip, mirror,
+                                tmp)) != CL_OK)
             goto fail;
         double loss = cl_eval_ce_sum(logits, b.labels, b.n, K);
         if ((s = cl_metrics_add(m, logits, b.labels, b.n, loss)) != CL_OK)
             goto fail;
         if (dim) {
-            if ((s = cl_backend_read(be, g->features, feat)) != CL_OK)
-                goto fail;
             for (int i = 0; i < b.n; i++)
                 on_features(ctx, b.indices[i], feat + (size_t)i * dim, dim,
                             logits + (size_t)i * K, K);
@@ -84,5 +125,7 @@ fail:
     cl_free(xpad);
     cl_free(logits);
     cl_free(feat);
+    cl_free(mirror);
+    cl_free(tmp);
     return s;
 }

@@ -12,12 +12,17 @@
 /* Runs forward in inference mode (BN running statistics) over one epoch of
  * ld (which must not drop its remainder) and adds every sample to m; with
  * d of size > 1 the counts of all ranks are summed into every rank's m.
+ * hflip: each batch also runs mirrored left-right and the two logits are
+ * averaged (the recipe's eval_hflip); features stay those of the image.
  * features (may be NULL): per sample, the g->features row is passed to
  * on_features(ctx, dataset_index, row, dim) — `classic embed` uses it. */
 typedef void (*cl_eval_features_fn)(void *ctx, int64_t index, const float *row,
                                     int dim, const float *logits, int k);
 cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
-                      cl_eval_features_fn on_features, void *ctx);
+                      int hflip, cl_eval_features_fn on_features, void *ctx);
+
+/* out <- x with each of its rows of w values reversed (NCHW: rows = N*C*H). */
+void cl_eval_mirror(const float *x, float *out, int64_t rows, int w);
 
 /* Per-sample softmax cross-entropy (no smoothing) of logits (n, K) with
  * labels, summed: what an eval loss reports. */

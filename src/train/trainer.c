@@ -555,6 +555,8 @@ static void jsonl_eval(run *r, int64_t step, int64_t epoch, double epoch_s)
     cl_strbuf_addf(b, ",\"val_samples\":%lld,\"epoch_s\":",
                    (long long)cl_metrics_count(&r->val));
     cl_strbuf_add_json_num(b, epoch_s);
+    if (r->cfg->eval_hflip) /* absent: plain eval, as in older files */
+        cl_strbuf_adds(b, ",\"val_hflip\":true");
     cl_strbuf_adds(b, "}\n");
     fputs(cl_strbuf_str(b), r->jsonl);
     fflush(r->jsonl);
@@ -637,13 +639,15 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
                           cl_train_result *res)
 {
     cl_metrics_reset(&r->val);
-    CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, NULL, NULL));
+    CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, r->cfg->eval_hflip,
+                       NULL, NULL));
     double top1 = cl_metrics_top1(&r->val);
     cl_log(r->lg, CL_LOG_INFO,
            "epoch %lld eval: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
-           "(%lld samples)",
+           "(%lld samples%s)",
            (long long)epoch + 1, 100 * top1, 100 * cl_metrics_topk(&r->val),
-           cl_metrics_loss(&r->val), (long long)cl_metrics_count(&r->val));
+           cl_metrics_loss(&r->val), (long long)cl_metrics_count(&r->val),
+           r->cfg->eval_hflip ? ", averaged with their mirrors" : "");
     jsonl_eval(r, step, epoch + 1, epoch_s);
     res->val_top1 = top1;
     res->val_top5 = cl_metrics_topk(&r->val);
