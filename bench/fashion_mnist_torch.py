@@ -160,6 +160,8 @@ def main():
                    help="override epoch_size (the schedule's length)")
     p.add_argument("--limit_train", type=int, default=0)
     p.add_argument("--limit_val", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None,
+                   help="override the config's seed")
     p.add_argument("--out", default="")
     p.add_argument("--amp", default="", choices=["", "O0", "O1", "O2"],
                    help="override amp_level: O1/O2 run forward and loss "
@@ -173,6 +175,8 @@ def main():
         c["epoch_size"] = a.epochs
     if a.amp:
         c["amp_level"] = a.amp
+    if a.seed is not None:
+        c["seed"] = a.seed
     bf16 = c.get("amp_level", "O0") in ("O1", "O2")
     torch.set_num_threads(a.threads)
     torch.manual_seed(int(c.get("seed", 42)))
