@@ -132,6 +132,28 @@ const char *cl_test_slurp(const char *path)
     return cl_test_out;
 }
 
+char *cl_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *p = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+        fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) != NULL &&
+        fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return p;
+}
+
 const char *cl_test_mpirun(void)
 {
     static char cmd[1400];

@@ -38,6 +38,9 @@ extern char cl_test_out[CL_TEST_OUT_MAX];
 /* Reads the file at path into cl_test_out (truncated to the buffer) and
  * returns cl_test_out, or NULL (cl_test_out empty) if it cannot be opened. */
 const char *cl_test_slurp(const char *path);
+/* The whole file at path in a malloc'd NUL-terminated buffer the caller
+ * frees, its length in *len (len may be NULL); NULL if it cannot be read. */
+char *cl_test_read_file(const char *path, size_t *len);
 
 /* Starts `classic <args>` in the background (OMP_NUM_THREADS=2, stdout and
  * stderr to log); pre_exec (may be NULL) runs in the child just before the

@@ -43,18 +43,6 @@ static int spawn(const char *name, int np, const char *log, double *secs)
     return rc;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = calloc(1, 1 << 16);
-    if (buf && fread(buf, 1, (1 << 16) - 1, f) == 0)
-        buf[0] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -69,7 +57,7 @@ static void expect_ranks_pass(const char *name)
     const char *log = cl_test_path("mpirun.log");
     double secs = 0;
     int rc = spawn(name, 2, log, &secs);
-    char *out = slurp(log);
+    char *out = cl_test_read_file(log, NULL);
     CHECK(rc == 0);
     /* Each rank's harness prints its own summary: both must have run. */
     CHECK(out && count(out, "1 passed, 0 failed") == 2);
@@ -635,7 +623,7 @@ static void expect_job_dies(const char *name, const char *needle)
     const char *log = cl_test_path("mpirun.log");
     double secs = 0;
     int rc = spawn(name, 2, log, &secs);
-    char *out = slurp(log);
+    char *out = cl_test_read_file(log, NULL);
     fprintf(stderr, "%s: mpirun exited %d after %.2f s\n", name, rc, secs);
     CHECK(rc != 0);
     CHECK(rc != 124); /* not the 60 s timeout of the test */

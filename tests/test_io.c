@@ -41,28 +41,6 @@ static int overwrite_bytes(const char *path, const void *p, size_t n)
     return close(fd) == 0 && ok;
 }
 
-/* Reads a whole file into a malloc'd buffer (NULL if absent). */
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[sz] = '\0';
-        *n = (size_t)sz;
-    }
-    return b;
-}
-
 static int count_entries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -264,7 +242,7 @@ CL_TEST(atomic_replaces_and_leaves_no_temp)
     REQUIRE_OK(cl_atomic_write_file(path, "old contents", 12));
     REQUIRE_OK(cl_atomic_write_file(path, "new", 3));
     size_t n;
-    char *b = read_all(path, &n);
+    char *b = cl_test_read_file(path, &n);
     REQUIRE(b);
     CHECK(n == 3 && memcmp(b, "new", 3) == 0);
     free(b);
@@ -279,7 +257,7 @@ CL_TEST(atomic_replaces_and_leaves_no_temp)
     CHECK(count_entries(dir) == 2);
     cl_atomic_abort(&f);
     CHECK(count_entries(dir) == 1);
-    b = read_all(path, &n);
+    b = cl_test_read_file(path, &n);
     REQUIRE(b);
     CHECK(n == 3 && memcmp(b, "new", 3) == 0);
     free(b);
@@ -315,7 +293,7 @@ CL_TEST(atomic_disk_full_keeps_old_file)
     CHECK_OK(cl_st_writer_save(w, path));
     cl_st_writer_free(w);
     size_t n_old;
-    char *old = read_all(path, &n_old);
+    char *old = cl_test_read_file(path, &n_old);
 
     /* 200 KB cannot fit in 64 KiB (minus the old file). */
     size_t big_n = 50000;
@@ -330,7 +308,7 @@ CL_TEST(atomic_disk_full_keeps_old_file)
     cl_st_writer_free(w);
 
     size_t n_now;
-    char *now = read_all(path, &n_now);
+    char *now = cl_test_read_file(path, &n_now);
     CHECK(now && n_now == n_old && memcmp(now, old, n_old) == 0);
     CHECK(count_entries(dir) == 1); /* the temp file is gone */
     cl_st_file *f;
@@ -380,7 +358,7 @@ CL_TEST(st_round_trip)
     cl_st_writer_free(w);
 
     size_t n;
-    unsigned char *raw = (unsigned char *)read_all(path, &n);
+    unsigned char *raw = (unsigned char *)cl_test_read_file(path, &n);
     REQUIRE(raw && n > 8);
     uint64_t hl = 0;
     for (int k = 7; k >= 0; k--)
@@ -451,7 +429,7 @@ CL_TEST(st_byte_exact_fixtures)
     memcpy(want + 8, hdr, 56);
     memcpy(want + 64, "\x00\x00\x80\x3f\x00\x00\x00\x40", 8);
     size_t n;
-    char *got = read_all(path, &n);
+    char *got = cl_test_read_file(path, &n);
     REQUIRE(got);
     CHECK(n == sizeof want && memcmp(got, want, n) == 0);
     free(got);
@@ -632,7 +610,7 @@ CL_TEST(st_rejects_hostile_headers)
     REQUIRE_OK(cl_st_writer_save(w, good));
     cl_st_writer_free(w);
     size_t n;
-    char *all = read_all(good, &n);
+    char *all = cl_test_read_file(good, &n);
     REQUIRE(all);
     for (size_t cut = 0; cut < n; cut++) {
         REQUIRE(write_bytes(path, all, cut));
@@ -676,7 +654,7 @@ CL_TEST(jsonl_lines_parse_back)
     CHECK_OK(cl_jsonl_close(&j)); /* twice is harmless */
 
     size_t n;
-    char *text = read_all(path, &n);
+    char *text = cl_test_read_file(path, &n);
     REQUIRE(text);
     int lines = 0;
     char *p = text;
@@ -714,7 +692,7 @@ CL_TEST(jsonl_lines_parse_back)
 
     REQUIRE_OK(cl_jsonl_open(&j, path, 0));
     CHECK_OK(cl_jsonl_close(&j));
-    text = read_all(path, &n);
+    text = cl_test_read_file(path, &n);
     CHECK(text && n == 0);
     free(text);
 }
@@ -752,7 +730,7 @@ CL_TEST(st_mutated_headers_fail_cleanly)
     REQUIRE_OK(cl_st_writer_save(w, good));
     cl_st_writer_free(w);
     size_t n;
-    char *orig = read_all(good, &n);
+    char *orig = cl_test_read_file(good, &n);
     REQUIRE(orig);
     const char *path = cl_test_path("mut.safetensors");
     static const char alphabet[] = "{}[],:\"\\0123456789-eE. abFUI_";

@@ -22,28 +22,6 @@
 #define CHROMIUM "/usr/bin/chromium"
 
 /* The whole file as a NUL-terminated string (free it), or NULL. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) {
-        p[n] = '\0';
-        if (len)
-            *len = (size_t)n;
-    }
-    return p;
-}
-
 static void spit(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
@@ -120,7 +98,7 @@ static char *browser_dom(const char *html)
         cl_test_fail(__FILE__, __LINE__, "chromium --dump-dom exited %d", rc);
         return NULL;
     }
-    return slurp(out, NULL);
+    return cl_test_read_file(out, NULL);
 }
 
 /* Loads the page with console logging and takes a screenshot: no script
@@ -135,7 +113,7 @@ static void browser_render_check(const char *html, const char *png)
              png);
     unlink(png);
     CHECK(chromium(html, extra, out, err) == 0);
-    char *log = slurp(err, NULL);
+    char *log = cl_test_read_file(err, NULL);
     REQUIRE(log != NULL);
     CHECK(strstr(log, "Uncaught") == NULL);
     CHECK(strstr(log, "ERROR:CONSOLE") == NULL);
@@ -148,7 +126,7 @@ static void browser_render_check(const char *html, const char *png)
      * and photos take far more. */
     CHECK(st.st_size > 40000);
     size_t n = 0;
-    char *p = slurp(png, &n);
+    char *p = cl_test_read_file(png, &n);
     REQUIRE(p && n > 24);
     CHECK(memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0);
     /* IHDR width and height, big-endian. */
@@ -395,7 +373,7 @@ CL_TEST(partial_last_line_is_ignored)
     snprintf(args, sizeof args, "report %s --out %s", dir,
              cl_test_path("partial.html"));
     REQUIRE(cl_test_classic(args) == 0);
-    char *html = slurp(cl_test_path("partial.html"), NULL);
+    char *html = cl_test_read_file(cl_test_path("partial.html"), NULL);
     REQUIRE(html != NULL);
     CHECK(path_points(html, "loss-raw") == 3);
     CHECK(path_points(html, "loss-smooth") == 3);
@@ -450,7 +428,7 @@ CL_TEST(resumed_run_keeps_last_occurrence)
     snprintf(args, sizeof args, "report %s", dir);
     REQUIRE(cl_test_classic(args) == 0);
     snprintf(path, sizeof path, "%s/report.html", dir);
-    char *html = slurp(path, NULL);
+    char *html = cl_test_read_file(path, NULL);
     REQUIRE(html != NULL);
     CHECK(path_points(html, "loss-raw") == 5);
     CHECK(path_points(html, "acc-top1") == 2);
@@ -473,7 +451,7 @@ CL_TEST(mpi_run_shows_comm_wait)
     snprintf(args, sizeof args, "report %s --no-eval", dir);
     REQUIRE(cl_test_classic(args) == 0);
     snprintf(path, sizeof path, "%s/report.html", dir);
-    char *html = slurp(path, NULL);
+    char *html = cl_test_read_file(path, NULL);
     REQUIRE(html != NULL);
     CHECK(path_points(html, "comm-curve") == 2);
     CHECK(path_points(html, "wait-curve") == 1); /* null is no point */
@@ -518,7 +496,7 @@ CL_TEST(errors_name_the_run_directory)
     snprintf(args, sizeof args, "report %s", junk);
     CHECK(cl_test_classic(args) == 0);
     snprintf(ck, sizeof ck, "%s/report.html", junk);
-    char *html = slurp(ck, NULL);
+    char *html = cl_test_read_file(ck, NULL);
     REQUIRE(html != NULL);
     CHECK(strstr(html, "id=\"eval-note\"") != NULL);
     CHECK(strstr(html, "the checkpoint could not be opened") != NULL);
@@ -544,7 +522,7 @@ CL_TEST(browser_console_check_detects_errors)
     const char *out = cl_test_path("bad.out"), *err = cl_test_path("bad.err");
     CHECK(chromium(html, "--enable-logging=stderr --v=0 --dump-dom", out,
                    err) == 0);
-    char *log = slurp(err, NULL);
+    char *log = cl_test_read_file(err, NULL);
     REQUIRE(log != NULL);
     CHECK(strstr(log, "Uncaught ReferenceError") != NULL);
     free(log);
@@ -652,7 +630,7 @@ CL_TEST(browser_compare)
     const char *out = cl_test_path("cmp.out"), *err = cl_test_path("cmp.err");
     CHECK(chromium(html, "--enable-logging=stderr --v=0 --dump-dom", out,
                    err) == 0);
-    char *log = slurp(err, NULL);
+    char *log = cl_test_read_file(err, NULL);
     CHECK(log && !strstr(log, "Uncaught") && !strstr(log, "ERROR:CONSOLE"));
     free(log);
 }
@@ -677,7 +655,7 @@ CL_TEST(end_to_end_report_matches_trainer_eval)
     REQUIRE(cl_test_classic(args) == 0);
     char path[700];
     snprintf(path, sizeof path, "%s/report.html", dir);
-    char *html = slurp(path, NULL);
+    char *html = cl_test_read_file(path, NULL);
     REQUIRE(html != NULL);
     cl__runlog rl;
     REQUIRE_OK(cl__runlog_read(&rl, dir));

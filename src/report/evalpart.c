@@ -239,6 +239,7 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
         memcpy(ev->names[i], n, l + 1);
     }
     ev->samples = cl_metrics_count(&met);
+    ev->hflip = m.cfg.eval_hflip;
     ev->correct = met.counts[1];
     ev->correct5 = met.counts[2];
     ev->loss_sum = met.loss_sum;

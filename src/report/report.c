@@ -493,6 +493,8 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
             CL_TRY(cl__html_esc(b, ev->dataset));
             CL_TRY(cl_strbuf_adds(b, " split "));
             CL_TRY(cl__html_esc(b, ev->split));
+            if (ev->hflip)
+                CL_TRY(cl_strbuf_adds(b, ", each averaged with its mirror"));
             CL_TRY(cl_strbuf_addf(b, " in %.1f s", ev->seconds));
         }
         CL_TRY(cl_strbuf_adds(b, "</small>"));

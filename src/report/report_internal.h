@@ -118,6 +118,7 @@ typedef struct cl__report_eval {
     char **names; /* names: (k) */
     int64_t *cm;  /* cm: (k, k), row true, column predicted */
     int64_t samples, correct, correct5;
+    int hflip; /* each sample's logits averaged with its mirror's */
     double loss_sum;
     cl__miss *miss; /* miss: (n_miss), most confident first */
     int n_miss;
