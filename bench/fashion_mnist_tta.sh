@@ -85,4 +85,11 @@ print("classic: final top-1 %.2f%% (sd %.2f over %d seeds) in %.1f s" % (100 * c
 print("torch:   final top-1 %.2f%% (sd %.2f over %d seeds) in %.1f s" % (100 * ta, 100 * tsd, len(seeds), tt))
 print("classic ends at %.1f%% of PyTorch's time, %+.2f points from PyTorch's mean final accuracy"
       % (100 * ct / tt, 100 * (ca - ta)))
+if len(seeds) > 1:
+    # The two sides draw different numbers from the same seed, so the runs
+    # are independent samples, not pairs: the standard error of the
+    # difference of the means is sqrt(sd_c^2/n + sd_t^2/n).
+    se = (csd ** 2 / len(seeds) + tsd ** 2 / len(seeds)) ** 0.5
+    print("difference of the means %+.2f points, standard error %.2f (%.1f SE; %d seeds a side)"
+          % (100 * (ca - ta), 100 * se, abs(ca - ta) / se if se else 0.0, len(seeds)))
 PYEOF
