@@ -13,7 +13,8 @@
 # A seeded run is deterministic, but a change of summation order (a new
 # kernel) moves its final accuracy by a few tenths at this length; with one
 # seed a difference of that size between the two sides says nothing.  With
-# several seeds the summary compares the means and prints the spread.
+# several seeds the summary compares the means, prints the spread, the
+# standard error of the difference of the means and the per-seed time ratio.
 #
 # LIMIT (default 12800) training images, EPOCHS (default 2: one warm-up and
 # one cosine epoch) epochs, THREADS (default nproc) for both, SEEDS (default
@@ -86,6 +87,12 @@ print("torch:   final top-1 %.2f%% (sd %.2f over %d seeds) in %.1f s" % (100 * t
 print("classic ends at %.1f%% of PyTorch's time, %+.2f points from PyTorch's mean final accuracy"
       % (100 * ct / tt, 100 * (ca - ta)))
 if len(seeds) > 1:
+    # The time ratio per seed: its spread says how far from the 50% line the
+    # ratio of the mean times above can be trusted.
+    r = [c / t for c, t in zip(c_s, t_s)]
+    print("time ratio per seed: mean %.1f%%, sd %.1f, standard error %.1f, range %.1f%%-%.1f%%"
+          % (100 * statistics.mean(r), 100 * statistics.stdev(r),
+             100 * statistics.stdev(r) / len(r) ** 0.5, 100 * min(r), 100 * max(r)))
     # The two sides draw different numbers from the same seed, so the runs
     # are independent samples, not pairs: the standard error of the
     # difference of the means is sqrt(sd_c^2/n + sd_t^2/n).
