@@ -2,7 +2,13 @@
 # Each installs what it needs (scripts/install-deps.sh, idempotent).
 BUILD ?= build
 JOBS ?= 2
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCL_WERROR=ON
+# ARCH=x86-64-v2 (or x86-64-v3) builds a binary for other x86-64 CPUs
+# instead of this one's (native).  WERROR=ON turns warnings into errors, as
+# CI does; a user's build only prints them.
+ARCH ?= native
+WERROR ?= OFF
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCL_WERROR=$(WERROR) \
+  -DCL_ARCH=$(ARCH)
 
 .PHONY: all deps build demo test test-sanitize format format-check clean
 
@@ -32,8 +38,8 @@ test: build
 SAN_BUILD ?= build-sanitize
 SAN_TYPE ?= RelWithDebInfo
 test-sanitize: deps
-	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_TYPE) -DCL_WERROR=ON \
-	  -DCL_SANITIZE=ON >/dev/null
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_TYPE) \
+	  -DCL_WERROR=$(WERROR) -DCL_ARCH=$(ARCH) -DCL_SANITIZE=ON >/dev/null
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -LE mpi \
 	  -E '^amp\.'

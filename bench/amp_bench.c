@@ -89,7 +89,7 @@ int main(int argc, char **argv)
     cl_status s = CL_OK;
     memset(g, 0, sizeof g);
     for (int k = 0; k < nl; k++) {
-        cl_backend_opts o = {0, levels[k], 0};
+        cl_backend_opts o = {.amp_level = levels[k]};
         if ((s = cl_graph_init(&g[k], batch)) != CL_OK ||
             (s = cl_resnet_build(&g[k], &c, size, size, 0, 0.0f)) != CL_OK ||
             (s = cl_resnet_init(&g[k], &c, 1)) != CL_OK ||

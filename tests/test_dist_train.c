@@ -414,7 +414,7 @@ static void grads_rank_side(void)
     want = cl_alloc_zero(n * sizeof(float), "want");
     h0 = cl_alloc(n * sizeof(float), "h0");
     REQUIRE(want && h0);
-    cl_backend_opts bo = {1, 0, 0};
+    cl_backend_opts bo = {.threads = 1};
     /* The single-process reference: no hooks at all. */
     REQUIRE_OK(cl_backend_create(&ref, "onednn", &g1, CL_PLAN_TRAIN, &bo));
     REQUIRE_OK(half_grads(ref, x, labels, 0));

@@ -276,7 +276,7 @@ CL_TEST(backend_create_errors)
     CHECK_ERR(cl_backend_create(&be, "cuda", &t.g, CL_PLAN_TRAIN, NULL),
               CL_ERR_ARG, "backend 'cuda' is not one of ref, onednn");
     CHECK(be == NULL);
-    cl_backend_opts o = {0, 3, 0};
+    cl_backend_opts o = {.amp_level = 3};
     CHECK_ERR(cl_backend_create(&be, "ref", &t.g, CL_PLAN_TRAIN, &o),
               CL_ERR_ARG, "amp level 3");
     cl_graph open;

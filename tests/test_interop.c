@@ -129,7 +129,7 @@ static cl_status run_logits(cl_graph *g, const char *name, const float *x,
                             float *logits)
 {
     cl_backend *be = NULL;
-    cl_backend_opts bo = {0, 0, 0};
+    cl_backend_opts bo = {0};
     cl_status s = cl_backend_create(&be, name, g, CL_PLAN_INFER, &bo);
     if (s == CL_OK)
         s = cl_backend_set_input(be, x, NULL, NULL);

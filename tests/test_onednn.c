@@ -174,7 +174,7 @@ static cl_status pair_make_opts(pair *p, build_fn build, int batch,
                                 const cl_backend_opts *o)
 {
     static const char *const names[2] = {"ref", "onednn"};
-    cl_backend_opts two[2] = {{0, 0, 0}, {0, 0, 0}};
+    cl_backend_opts two[2] = {{0}, {0}};
     if (o)
         two[1] = *o;
     return pair_make_two(p, build, batch, mode, seed, names, two);
@@ -457,10 +457,42 @@ static cl_status build_small(cl_graph *g, int batch)
 
 /* At amp level `amp`, the matmul path against the direct one, tensor by
  * tensor. */
+/* Below AVX-512 oneDNN has no bf16 convolutions, and an amp plan is
+ * refused with one sentence.  Returns 1 after checking that refusal where
+ * it applies (the ISA oneDNN runs at, ONEDNN_MAX_CPU_ISA included), so a
+ * bf16 test there checks what the user gets instead of what cannot run. */
+static void check_amp_refused(void)
+{
+    cl_graph g;
+    cl_backend *be = NULL;
+    REQUIRE_OK(cl_graph_init(&g, 2));
+    REQUIRE_OK(build_conv(&g, 2));
+    for (int amp = 1; amp <= 2; amp++) {
+        cl_backend_opts o = {.amp_level = amp};
+        CHECK_ERR(cl_backend_create(&be, "onednn", &g, CL_PLAN_TRAIN, &o),
+                  CL_ERR_UNSUPPORTED, "needs bf16 convolutions");
+        CHECK(be == NULL);
+    }
+    cl_graph_free(&g);
+}
+
+static int bf16_refused_here(void)
+{
+    if (cl_dnnl_bf16_supported())
+        return 0;
+    check_amp_refused();
+    fprintf(stderr,
+            "oneDNN runs at %s here, without bf16 convolutions: "
+            "checked that amp plans are refused\n",
+            cl_dnnl_isa_name());
+    return 1;
+}
+
 static void wgrad_paths_bf16(int amp)
 {
     static const char *const names[2] = {"onednn", "onednn"};
-    const cl_backend_opts o[2] = {{0, amp, 0}, {0, amp, 1}};
+    const cl_backend_opts o[2] = {{.amp_level = amp},
+                                  {.amp_level = amp, .direct_convs = 1}};
     pair p;
     cl_status s = pair_make_two(&p, build_small, 8, CL_PLAN_TRAIN, 4, names, o);
     if (s != CL_OK) {
@@ -488,7 +520,7 @@ CL_TEST(wgrad_matmul_small_outputs)
 {
     for (int direct = 0; direct < 2; direct++) {
         pair p;
-        cl_backend_opts o = {0, 0, direct};
+        cl_backend_opts o = {.direct_convs = direct};
         cl_status s = pair_make_opts(&p, build_small, 3, CL_PLAN_TRAIN, 9, &o);
         if (s != CL_OK) {
             cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
@@ -511,6 +543,8 @@ CL_TEST(wgrad_matmul_small_outputs)
         check_grads(&p, 2e-4);
         pair_free(&p);
     }
+    if (bf16_refused_here())
+        return;
     for (int amp = 1; amp <= 2; amp++)
         wgrad_paths_bf16(amp);
 }
@@ -543,11 +577,11 @@ static cl_status build_strided_1x1(cl_graph *g, int batch)
  * strided primitive (direct), both against the reference in f32; then the
  * two against each other at O2, normwise: their dx sums may round to
  * different bf16 neighbours. */
-CL_TEST(dgrad_strided_1x1_on_grid)
+static void dgrad_strided_case(int cl)
 {
     for (int direct = 0; direct < 2; direct++) {
         pair p;
-        cl_backend_opts o = {0, 0, direct};
+        cl_backend_opts o = {.direct_convs = direct, .channels_last = cl};
         cl_status s =
             pair_make_opts(&p, build_strided_1x1, 3, CL_PLAN_TRAIN, 5, &o);
         if (s != CL_OK) {
@@ -568,8 +602,12 @@ CL_TEST(dgrad_strided_1x1_on_grid)
         check_grads(&p, 2e-4);
         pair_free(&p);
     }
+    if (bf16_refused_here())
+        return;
     static const char *const names[2] = {"onednn", "onednn"};
-    const cl_backend_opts o[2] = {{0, 2, 0}, {0, 2, 1}};
+    const cl_backend_opts o[2] = {
+        {.amp_level = 2, .channels_last = cl},
+        {.amp_level = 2, .direct_convs = 1, .channels_last = cl}};
     pair p;
     REQUIRE_OK(
         pair_make_two(&p, build_strided_1x1, 8, CL_PLAN_TRAIN, 6, names, o));
@@ -583,8 +621,18 @@ CL_TEST(dgrad_strided_1x1_on_grid)
     pair_free(&p);
 }
 
-/* BN straight on the plain 3-channel input: oneDNN's BN primitive (the
- * blocked whole-16 layouts run onednn_bn.c instead). */
+CL_TEST(dgrad_strided_1x1_on_grid)
+{
+    dgrad_strided_case(0);
+}
+
+/* The same with channels-last activations (oneDNN's bf16 layout on AMX). */
+CL_TEST(dgrad_strided_1x1_on_grid_channels_last)
+{
+    dgrad_strided_case(1);
+}
+
+/* BN straight on the plain 3-channel input: onednn_bn.c on planar nchw. */
 static cl_status build_bn_input(cl_graph *g, int batch)
 {
     int x, z, r, y;
@@ -598,7 +646,7 @@ static cl_status build_bn_input(cl_graph *g, int batch)
     return head(g, y, 16);
 }
 
-CL_TEST(bn_primitive_on_plain_input)
+CL_TEST(bn_on_plain_input)
 {
     run_parity(build_bn_input, 3, 1e-4, 2e-4);
 }
@@ -724,7 +772,7 @@ CL_TEST(resnet18_infer_plan_folds_bn)
     REQUIRE_OK(cl_graph_init(&g, 3));
     REQUIRE_OK(build_r18(&g, 3));
     fill_params(&g, 3);
-    cl_backend_opts o = {0, 0, 0};
+    cl_backend_opts o = {0};
     CHECK_OK(cl_backend_create(&tr, "onednn", &g, CL_PLAN_TRAIN, &o));
     CHECK_OK(cl_backend_create(&inf, "onednn", &g, CL_PLAN_INFER, &o));
     size_t nx = (size_t)cl_graph_numel(&g, g.input);
@@ -830,7 +878,7 @@ CL_TEST(sync_bn_one_rank_equals_plain_bn)
     REQUIRE_OK(build_r18(&g, 3));
     memcpy(g.params, p.g[0].params, g.n_param_floats * sizeof(float));
     memcpy(g.buffers, p.g[0].buffers, g.n_buffer_floats * sizeof(float));
-    cl_backend_opts o = {0, 0, 0};
+    cl_backend_opts o = {0};
     REQUIRE_OK(cl_backend_create(&plain, "onednn", &g, CL_PLAN_TRAIN, &o));
     sum_hook h[2];
     memset(h, 0, sizeof h);
@@ -899,9 +947,9 @@ CL_TEST(sync_bn_one_rank_equals_plain_bn)
     pair_free(&p);
 }
 
-/* A failing allreduce stops the step with the node named; a BN that runs
- * as a oneDNN primitive (here on the plain 3-channel input) cannot take
- * global sums and is refused with a pointer to the ref backend. */
+/* A failing allreduce stops the step with the node named.  BN on the
+ * plain 3-channel input (planar nchw) takes global sums like any other: one
+ * rank's SyncBN equals plain BN there. */
 CL_TEST(sync_bn_errors)
 {
     pair p;
@@ -921,17 +969,19 @@ CL_TEST(sync_bn_errors)
     h.calls = 0;
     h.fail_at = 0;
     REQUIRE_OK(pair_make(&p, build_bn_input, 3, CL_PLAN_TRAIN, 3));
-    be = p.be[1];
-    CHECK_OK(cl_backend_set_input(be, p.x, p.labels, NULL));
-    CHECK_OK(cl_backend_forward(be, 1, NULL));
-    be->hooks.ctx = &h;
-    be->hooks.allreduce_sum = hook_sum_one_rank;
-    CHECK_ERR(cl_backend_forward(be, 1, NULL), CL_ERR_UNSUPPORTED,
-              "bn0: SyncBatchNorm on onednn");
-    CHECK_ERR(cl_backend_backward(be), CL_ERR_UNSUPPORTED, "--backend ref");
-    CHECK(h.calls == 0);
-    /* Evaluation needs no global statistics. */
-    CHECK_OK(cl_backend_forward(be, 0, NULL));
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {
+            p.be[1]->hooks.ctx = &h;
+            p.be[1]->hooks.allreduce_sum = hook_sum_one_rank;
+        }
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    }
+    CHECK(h.calls == 2);
+    CHECK_NEAR(loss[1], loss[0], 1e-5 * fabs(loss[0]));
+    check_grads(&p, 2e-3);
     pair_free(&p);
 }
 
@@ -973,7 +1023,7 @@ static cl_status amp_make(amp_set *a, int side)
         CL_TRY(cl_graph_init(&a->g[k], 4));
         CL_TRY(cl_resnet_build(&a->g[k], &c, side, side, 0, 0.0f));
         CL_TRY(cl_resnet_init(&a->g[k], &c, 21));
-        cl_backend_opts o = {0, k < 3 ? k : 0, 0};
+        cl_backend_opts o = {.amp_level = k < 3 ? k : 0};
         CL_TRY(cl_backend_create(&a->be[k], "onednn", &a->g[k], CL_PLAN_TRAIN,
                                  &o));
     }
@@ -1020,6 +1070,8 @@ static double cosine(const float *a, const float *b, size_t n)
  * order 1 and fails all of these. */
 CL_TEST(amp_o1_o2_against_o0)
 {
+    if (bf16_refused_here())
+        return;
     amp_set a;
     cl_status s = amp_make(&a, 16);
     if (s != CL_OK) {
@@ -1102,9 +1154,12 @@ CL_TEST(amp_o1_o2_against_o0)
  * and an O2 inference plan (BN folded into bf16 convolutions) against an
  * O0 evaluation forward: logits within 5% normwise; and O2 with a
  * one-rank SyncBN hook against O2 without: within 1%.  Measured values
- * are in the log line. */
-CL_TEST(amp_o2_trains_evaluates_and_infers)
+ * are in the log line.  cl: the O2 plans write channels-last activations
+ * (as oneDNN does for bf16 on AMX). */
+static void amp_o2_case(int cl)
 {
+    if (bf16_refused_here())
+        return;
     cl_resnet_config c = r18_cfg();
     cl_graph g[2];
     cl_backend *be[2] = {NULL, NULL}, *inf = NULL, *f32 = NULL, *syn = NULL;
@@ -1116,7 +1171,7 @@ CL_TEST(amp_o2_trains_evaluates_and_infers)
         REQUIRE_OK(cl_graph_init(&g[k], 4));
         REQUIRE_OK(cl_resnet_build(&g[k], &c, 16, 16, 0, 0.0f));
         REQUIRE_OK(cl_resnet_init(&g[k], &c, 5));
-        cl_backend_opts o = {0, 2 * k, 0};
+        cl_backend_opts o = {.amp_level = 2 * k, .channels_last = k * cl};
         REQUIRE_OK(
             cl_backend_create(&be[k], "onednn", &g[k], CL_PLAN_TRAIN, &o));
     }
@@ -1157,7 +1212,7 @@ CL_TEST(amp_o2_trains_evaluates_and_infers)
     CHECK(curve[1][4] < 0.8f * curve[1][0]);
     double e_eval = -1, e_inf = -1, e_sync = -1;
     /* lg[0]: O0 evaluation on O2's weights; lg[1]: O2's own. */
-    cl_backend_opts o0 = {0, 0, 0}, o2 = {0, 2, 0};
+    cl_backend_opts o0 = {0}, o2 = {.amp_level = 2, .channels_last = cl};
     CHECK_OK(cl_backend_create(&f32, "onednn", &g[1], CL_PLAN_TRAIN, &o0));
     CHECK_OK(cl_backend_create(&inf, "onednn", &g[1], CL_PLAN_INFER, &o2));
     REQUIRE(f32 && inf);
@@ -1209,6 +1264,16 @@ CL_TEST(amp_o2_trains_evaluates_and_infers)
     cl_free(ls);
 }
 
+CL_TEST(amp_o2_trains_evaluates_and_infers)
+{
+    amp_o2_case(0);
+}
+
+CL_TEST(amp_o2_channels_last_trains_evaluates_and_infers)
+{
+    amp_o2_case(1);
+}
+
 /* The bf16 BN kernels compute exactly what the f32 ones compute on the
  * same values widened, outputs rounded as cl_bf16_from_f32 rounds: bit
  * for bit, for forward (with and without ReLU), the SyncBN sums and
@@ -1240,49 +1305,50 @@ CL_TEST(bn_kernels_bf16_equal_f32_rounded)
     beta[17] = 3.4e38f;      /* y of channel 17 rounds to +inf in bf16 */
     cl_f32_from_bf16_n(xf, xb, n);
     cl_f32_from_bf16_n(dyf, dyb, n);
+    cl_bn_layout l;
+    REQUIRE(cl_bn_layout_make(&l, "nChw16c", N, C, HW));
     int bad = 0;
     for (int relu = 0; relu < 2; relu++) {
-        cl_dnnl_bn_forward_train(yf, mf, vf, xf, gamma, beta, N, C, HW, 1e-5f,
-                                 relu, 0);
-        cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, N, C, HW, 1e-5f,
-                                 relu, 1);
+        cl_dnnl_bn_forward_train(yf, mf, vf, xf, gamma, beta, &l, 1e-5f, relu,
+                                 0);
+        cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, &l, 1e-5f, relu,
+                                 1);
         bad += memcmp(mf, mb, sizeof mf) != 0 || memcmp(vf, vb, sizeof vf);
         for (size_t i = 0; i < n; i++)
             bad += yb[i] != cl_bf16_from_f32(yf[i]);
-        cl_dnnl_bn_forward_infer(yf, xf, gamma, beta, mf, vf, N, C, HW, 1e-5f,
-                                 relu, 0);
-        cl_dnnl_bn_forward_infer(yb, xb, gamma, beta, mf, vf, N, C, HW, 1e-5f,
-                                 relu, 1);
+        cl_dnnl_bn_forward_infer(yf, xf, gamma, beta, mf, vf, &l, 1e-5f, relu,
+                                 0);
+        cl_dnnl_bn_forward_infer(yb, xb, gamma, beta, mf, vf, &l, 1e-5f, relu,
+                                 1);
         for (size_t i = 0; i < n; i++)
             bad += yb[i] != cl_bf16_from_f32(yf[i]);
-        cl_dnnl_bn_backward(dxf, dgf, dbf, dyf, xf, mf, vf, gamma, beta, N, C,
-                            HW, 1e-5f, relu, 0);
-        cl_dnnl_bn_backward(dxb, dgb, dbb, dyb, xb, mf, vf, gamma, beta, N, C,
-                            HW, 1e-5f, relu, 1);
+        cl_dnnl_bn_backward(dxf, dgf, dbf, dyf, xf, mf, vf, gamma, beta, &l,
+                            1e-5f, relu, 0);
+        cl_dnnl_bn_backward(dxb, dgb, dbb, dyb, xb, mf, vf, gamma, beta, &l,
+                            1e-5f, relu, 1);
         bad +=
             memcmp(dgf, dgb, sizeof dgf) != 0 || memcmp(dbf, dbb, sizeof dbf);
         for (size_t i = 0; i < n; i++)
             bad += dxb[i] != cl_bf16_from_f32(dxf[i]);
-        cl_dnnl_bn_backward_sums(sf, sf + C, dyf, xf, mf, vf, gamma, beta, N, C,
-                                 HW, 1e-5f, relu, 0);
-        cl_dnnl_bn_backward_sums(sb, sb + C, dyb, xb, mf, vf, gamma, beta, N, C,
-                                 HW, 1e-5f, relu, 1);
+        cl_dnnl_bn_backward_sums(sf, sf + C, dyf, xf, mf, vf, gamma, beta, &l,
+                                 1e-5f, relu, 0);
+        cl_dnnl_bn_backward_sums(sb, sb + C, dyb, xb, mf, vf, gamma, beta, &l,
+                                 1e-5f, relu, 1);
         bad += memcmp(sf, sb, sizeof sf) != 0;
         cl_dnnl_bn_backward_dx(dxf, dyf, xf, mf, vf, gamma, beta, sf, sf + C,
-                               (double)N * HW, N, C, HW, 1e-5f, relu, 0);
+                               (double)N * HW, &l, 1e-5f, relu, 0);
         cl_dnnl_bn_backward_dx(dxb, dyb, xb, mf, vf, gamma, beta, sf, sf + C,
-                               (double)N * HW, N, C, HW, 1e-5f, relu, 1);
+                               (double)N * HW, &l, 1e-5f, relu, 1);
         for (size_t i = 0; i < n; i++)
             bad += dxb[i] != cl_bf16_from_f32(dxf[i]);
     }
-    cl_dnnl_bn_sums(sf, sf + C, xf, N, C, HW, 0);
-    cl_dnnl_bn_sums(sb, sb + C, xb, N, C, HW, 1);
+    cl_dnnl_bn_sums(sf, sf + C, xf, &l, 0);
+    cl_dnnl_bn_sums(sb, sb + C, xb, &l, 1);
     bad += memcmp(sf, sb, sizeof sf) != 0;
     CHECK(bad == 0);
     /* The special cases were reached. */
     CHECK(isnan(mf[3]) && isfinite(mf[4]));
-    cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, N, C, HW, 1e-5f, 0,
-                             1);
+    cl_dnnl_bn_forward_train(yb, mb, vb, xb, gamma, beta, &l, 1e-5f, 0, 1);
     CHECK(yb[HW * 16 + 1] == 0x7f80); /* pixel 0 of channel 17: +inf */
     cl_free(xf);
     cl_free(dyf);
@@ -1294,6 +1360,134 @@ CL_TEST(bn_kernels_bf16_equal_f32_rounded)
     cl_free(dxb);
 }
 
+/* Offset of element (n, c, pixel i) in layout l (onednn_bn.h). */
+static size_t lay_off(const cl_bn_layout *l, int n, int c, int64_t i)
+{
+    return (size_t)(n * l->sn + (c / l->B) * l->sb + c % l->B + i * l->sp);
+}
+
+/* The BN kernels on every activation layout oneDNN may pick (blocked by
+ * 16, 8 or 4 with and without padded channels, channels-last, planar)
+ * give, channel by channel, bit for bit what they give on planar nchw, and
+ * write zeros to the padded channels (oneDNN reads them); planar nchw
+ * matches the reference kernels of src/ops. */
+CL_TEST(bn_kernels_every_layout)
+{
+    static const struct {
+        const char *tag;
+        int C;
+    } cases[] = {{"nChw16c", 48}, {"nChw8c", 48}, {"nhwc", 48},
+                 {"nChw16c", 24}, {"nhwc", 24},   {"nhwc", 3},
+                 {"nChw8c", 3},   {"nChw4c", 6},  {"nchw", 5}};
+    enum { N = 2, HW = 3 * 5, CMAX = 48 };
+    const size_t cap = (size_t)N * CMAX * HW;
+    float *x = cl_alloc(cap * 4, "x"), *dy = cl_alloc(cap * 4, "dy");
+    float *px = cl_alloc(cap * 4, "x"), *pdy = cl_alloc(cap * 4, "dy");
+    float *py = cl_alloc(cap * 4, "y"), *pdx = cl_alloc(cap * 4, "dx");
+    float *y0 = cl_alloc(cap * 4, "y"), *dx0 = cl_alloc(cap * 4, "dx");
+    float *yi0 = cl_alloc(cap * 4, "y"), *dxs0 = cl_alloc(cap * 4, "dx");
+    float *yr = cl_alloc(cap * 4, "y"), *dxr = cl_alloc(cap * 4, "dx");
+    REQUIRE(x && dy && px && pdy && py && pdx && y0 && dx0 && yi0 && dxs0 &&
+            yr && dxr);
+    float gamma[CMAX], beta[CMAX], m0[CMAX], v0[CMAX], dg0[CMAX], db0[CMAX];
+    float m[CMAX], v[CMAX], dg[CMAX], db[CMAX];
+    double s0[2 * CMAX], s[2 * CMAX];
+    cl_rng r;
+    cl_rng_init(&r, 7, 0);
+    for (size_t i = 0; i < cap; i++) {
+        x[i] = 4.0f * cl_rng_uniform(&r) - 1.5f;
+        dy[i] = cl_rng_uniform(&r) - 0.5f;
+    }
+    for (int c = 0; c < CMAX; c++) {
+        gamma[c] = 0.5f + cl_rng_uniform(&r);
+        beta[c] = 0.4f * (cl_rng_uniform(&r) - 0.5f);
+    }
+    int bad = 0, pad_bad = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int C = cases[k].C;
+        cl_bn_layout pl, l;
+        REQUIRE(cl_bn_layout_make(&pl, "nchw", N, C, HW));
+        REQUIRE(cl_bn_layout_make(&l, cases[k].tag, N, C, HW));
+        const size_t n = (size_t)N * C * HW, ln = (size_t)N * l.sn;
+        const int relu = (int)(k % 2);
+        /* Planar results. */
+        cl_dnnl_bn_forward_train(y0, m0, v0, x, gamma, beta, &pl, 1e-5f, relu,
+                                 0);
+        cl_dnnl_bn_forward_infer(yi0, x, gamma, beta, m0, v0, &pl, 1e-5f, relu,
+                                 0);
+        cl_dnnl_bn_backward(dx0, dg0, db0, dy, x, m0, v0, gamma, beta, &pl,
+                            1e-5f, relu, 0);
+        cl_dnnl_bn_backward_sums(s0, s0 + C, dy, x, m0, v0, gamma, beta, &pl,
+                                 1e-5f, relu, 0);
+        cl_dnnl_bn_backward_dx(dxs0, dy, x, m0, v0, gamma, beta, s0, s0 + C,
+                               (double)N * HW, &pl, 1e-5f, relu, 0);
+        /* The same in layout l; NaN marks what must stay unwritten. */
+        for (size_t i = 0; i < ln; i++)
+            px[i] = pdy[i] = py[i] = pdx[i] = NAN;
+        for (int b = 0; b < N; b++)
+            for (int c = 0; c < C; c++)
+                for (int64_t i = 0; i < HW; i++) {
+                    size_t o = lay_off(&l, b, c, i);
+                    size_t p = ((size_t)b * C + c) * HW + (size_t)i;
+                    px[o] = x[p];
+                    pdy[o] = dy[p];
+                }
+#define CMP(buf, ref)                                                          \
+    for (int b = 0; b < N; b++)                                                \
+        for (int c = 0; c < C; c++)                                            \
+            for (int64_t i = 0; i < HW; i++)                                   \
+                bad += memcmp(&(buf)[lay_off(&l, b, c, i)],                    \
+                              &(ref)[((size_t)b * C + c) * HW + (size_t)i],    \
+                              4) != 0;
+        cl_dnnl_bn_forward_train(py, m, v, px, gamma, beta, &l, 1e-5f, relu, 0);
+        CMP(py, y0);
+        bad += memcmp(m, m0, (size_t)C * 4) != 0 ||
+               memcmp(v, v0, (size_t)C * 4) != 0;
+        cl_dnnl_bn_forward_infer(py, px, gamma, beta, m0, v0, &l, 1e-5f, relu,
+                                 0);
+        CMP(py, yi0);
+        cl_dnnl_bn_backward(pdx, dg, db, pdy, px, m0, v0, gamma, beta, &l,
+                            1e-5f, relu, 0);
+        CMP(pdx, dx0);
+        bad += memcmp(dg, dg0, (size_t)C * 4) != 0 ||
+               memcmp(db, db0, (size_t)C * 4) != 0;
+        cl_dnnl_bn_backward_sums(s, s + C, pdy, px, m0, v0, gamma, beta, &l,
+                                 1e-5f, relu, 0);
+        bad += memcmp(s, s0, (size_t)C * 2 * 8) != 0;
+        cl_dnnl_bn_backward_dx(pdx, pdy, px, m0, v0, gamma, beta, s0, s0 + C,
+                               (double)N * HW, &l, 1e-5f, relu, 0);
+        CMP(pdx, dxs0);
+        cl_dnnl_bn_sums(s, s + C, px, &l, 0);
+        cl_dnnl_bn_sums(s0, s0 + C, x, &pl, 0);
+        bad += memcmp(s, s0, (size_t)C * 2 * 8) != 0;
+#undef CMP
+        /* Padding (where px holds NaN) was zeroed. */
+        for (size_t i = 0; i < ln; i++)
+            if (isnan(px[i]))
+                pad_bad += py[i] != 0.0f || pdx[i] != 0.0f;
+        if (relu)
+            continue;
+        /* Planar against the reference kernels (f32, no ReLU). */
+        cl_batchnorm2d_attr a = cl_batchnorm2d_attr_make(C);
+        a.eps = 1e-5f;
+        float rm[CMAX] = {0}, rv[CMAX], is[CMAX], rdg[CMAX], rdb[CMAX];
+        for (int c = 0; c < C; c++)
+            rv[c] = 1.0f;
+        cl_batchnorm2d_forward_train(yr, m, is, rm, rv, x, gamma, beta, N, C,
+                                     HW, &a);
+        cl_batchnorm2d_backward(dxr, rdg, rdb, dy, x, m, is, gamma, N, C, HW);
+        CHECK(rel_err(y0, yr, n) < 1e-5);
+        CHECK(rel_err(dx0, dxr, n) < 1e-4);
+        CHECK(rel_err(dg0, rdg, (size_t)C) < 1e-4);
+        CHECK(rel_err(db0, rdb, (size_t)C) < 1e-5);
+    }
+    CHECK(bad == 0);
+    CHECK(pad_bad == 0);
+    float *bufs[] = {x, dy, px, pdy, py, pdx, y0, dx0, yi0, dxs0, yr, dxr};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        cl_free(bufs[k]);
+}
+
 /* amp levels the build cannot honour are refused by name. */
 CL_TEST(amp_unsupported)
 {
@@ -1301,7 +1495,7 @@ CL_TEST(amp_unsupported)
     cl_backend *be = NULL;
     REQUIRE_OK(cl_graph_init(&g, 2));
     REQUIRE_OK(build_bn_relu(&g, 2));
-    cl_backend_opts o = {0, 2, 0};
+    cl_backend_opts o = {.amp_level = 2};
     CHECK_ERR(cl_backend_create(&be, "ref", &g, CL_PLAN_TRAIN, &o),
               CL_ERR_UNSUPPORTED, "amp_level O2 (bf16) runs on the onednn");
     CHECK(be == NULL);
@@ -1317,7 +1511,7 @@ CL_TEST(bad_input)
     cl_backend *be = NULL;
     REQUIRE_OK(cl_graph_init(&g, 2));
     REQUIRE_OK(build_conv(&g, 2));
-    cl_backend_opts o = {0, 0, 0};
+    cl_backend_opts o = {0};
     REQUIRE_OK(cl_backend_create(&be, "onednn", &g, CL_PLAN_TRAIN, &o));
     float x[2 * 3 * 11 * 9] = {0};
     int32_t bad[2] = {0, K_CLASSES};

@@ -136,9 +136,11 @@ static void write_idx(const char *dir, const char *split, int n, int k,
     spec.usage = CL_USAGE_TEST;
     REQUIRE_OK(cl_dataset_open(&ds, &spec));
     char path[600];
-    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, split);
+    REQUIRE(snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, split) <
+            (int)sizeof path);
     FILE *fi = fopen(path, "wb");
-    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, split);
+    REQUIRE(snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, split) <
+            (int)sizeof path);
     FILE *fl = fopen(path, "wb");
     REQUIRE(fi && fl);
     unsigned char hi[16] = {
@@ -268,7 +270,8 @@ CL_TEST(eval_hflip_averages_image_and_mirror)
         snprintf(dir[mirror], sizeof dir[mirror], "%s",
                  cl_test_path(mirror ? "mirrored" : "plain"));
         char mk[700];
-        snprintf(mk, sizeof mk, "mkdir -p %s", dir[mirror]);
+        REQUIRE(snprintf(mk, sizeof mk, "mkdir -p %s", dir[mirror]) <
+                (int)sizeof mk);
         REQUIRE(cl_test_run(mk) == 0);
         write_idx(dir[mirror], "t10k", 100, 10, mirror);
         for (int tta = 0; tta < 2; tta++) {

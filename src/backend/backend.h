@@ -23,6 +23,11 @@ typedef struct cl_backend_opts {
      * backward data of strided 1x1 convs on the stride grid
      * (dgrad_unstrided). */
     int direct_convs;
+    /* oneDNN: 1 makes every conv write channels-last (nhwc) activations,
+     * the layout oneDNN 2.6 picks for bf16 on AMX; 0 (default) takes
+     * oneDNN's choice.  Lets the tests run the channels-last paths (BN,
+     * SyncBatchNorm, the stride grid) on a CPU that would not pick it. */
+    int channels_last;
 } cl_backend_opts;
 
 typedef struct cl_backend_vtbl {

@@ -61,9 +61,9 @@ typedef enum dn_step_kind {
     STEP_LOSS,     /* softmax cross-entropy: loss and dlogits */
     STEP_HOOK,     /* grad_ready(aux) */
     STEP_FOLD,     /* inference: BN folded into conv `node`'s weights */
-    STEP_BN_FWD,   /* BN training forward on nChw16c (onednn_bn.c) */
-    STEP_BN_INFER, /* BN with given statistics on nChw16c */
-    STEP_BN_BWD,   /* BN backward on nChw16c */
+    STEP_BN_FWD,   /* BN training forward (onednn_bn.c) */
+    STEP_BN_INFER, /* BN with given statistics */
+    STEP_BN_BWD,   /* BN backward */
     STEP_IM2COL,   /* conv `node`'s input as patch rows (wgrad_as_matmul) */
     STEP_UNSTRIDE  /* conv `node`'s dx from the stride grid (dgrad_unstrided) */
 } dn_step_kind;
@@ -109,7 +109,7 @@ typedef struct dn_node {
     float *w, *wb;     /* reordered weight copies, NULL for the plain arena */
     float *bias;       /* inference: folded bias (out_ch) */
     int mean, var, ws; /* stores */
-    int own_bn;        /* BN runs as onednn_bn.c loops, not a primitive */
+    cl_bn_layout lay;  /* BN: its input's layout */
     double count;      /* BN: samples of the last training forward's
                           statistics (all ranks' with SyncBatchNorm) */
     int src;           /* conv / linear: the store the forward reads as
@@ -147,12 +147,9 @@ typedef struct dn_ctx {
     int trained;  /* the last forward was a training one */
     int n_time;   /* last time stamp + 1 */
     int in_plain; /* input md is plain: set_input copies */
-    /* SyncBatchNorm: 2 C + 1 doubles of per-channel sums for the hook, and
-     * the first BN node run as a oneDNN primitive (which cannot take
-     * global sums), or -1. */
+    /* SyncBatchNorm: 2 C + 1 doubles of per-channel sums for the hook. */
     double *sync_sums;
     int max_bn_channels;
-    int prim_bn;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
 } dn_ctx;
 
@@ -313,11 +310,6 @@ static dnnl_memory_desc_t qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t q,
     else
         memset(&md, 0, sizeof md);
     return md;
-}
-
-static dnnl_memory_desc_t qarg(const_dnnl_primitive_desc_t pd, int arg)
-{
-    return qmd(pd, dnnl_query_exec_arg_md, arg);
 }
 
 static int md_eq(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b)
@@ -906,6 +898,9 @@ static cl_status plan_conv_fwd(dn_ctx *d, int i)
     if (x->sum >= 0) {
         TRY(ensure_input_md(d, x->sum));
         dmd = *in_md(d, x->sum);
+    } else if (d->be->opts.channels_last) {
+        DN(dnnl_memory_desc_init_by_tag(&dmd, 4, ddims, act_dt(d), dnnl_nhwc),
+           i, "convolution output");
     } else
         md_any(&dmd, 4, ddims, act_dt(d));
     DN(dnnl_dilated_convolution_forward_desc_init(
@@ -962,20 +957,47 @@ fail:
     return st;
 }
 
-/* Whether md is nChw16c f32 or bf16 with whole channel blocks (no
- * padding): the layout onednn_bn.c and the unstride step work on. */
-static int md_whole_16c(const dnnl_memory_desc_t *md)
+/* The activation layouts onednn_bn.c and the unstride step work on: those
+ * oneDNN picks for 4-D f32 and bf16 activations on any x86 ISA (blocked
+ * by 16 on AVX-512, by 8 on AVX2, channels-last for bf16 on AMX, plain
+ * for a graph's input). */
+static const struct {
+    dnnl_format_tag_t tag;
+    const char *name;
+} act_layouts[] = {{dnnl_nChw16c, "nChw16c"},
+                   {dnnl_nChw8c, "nChw8c"},
+                   {dnnl_nChw4c, "nChw4c"},
+                   {dnnl_nhwc, "nhwc"},
+                   {dnnl_nchw, "nchw"}};
+
+/* The index in act_layouts of md's layout, or -1. */
+static int md_act_tag(const dnnl_memory_desc_t *md)
 {
-    dnnl_memory_desc_t blk;
-    if (md->ndims != 4 || md->dims[1] % 16 != 0 ||
+    if (md->ndims != 4 ||
         (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16))
-        return 0;
-    if (dnnl_memory_desc_init_by_tag(&blk, 4, md->dims, md->data_type,
-                                     dnnl_nChw16c) != dnnl_success)
-        return 0;
-    return md_eq(&blk, md);
+        return -1;
+    for (int k = 0; k < (int)(sizeof act_layouts / sizeof act_layouts[0]);
+         k++) {
+        dnnl_memory_desc_t t;
+        if (dnnl_memory_desc_init_by_tag(&t, 4, md->dims, md->data_type,
+                                         act_layouts[k].tag) == dnnl_success &&
+            md_eq(&t, md))
+            return k;
+    }
+    return -1;
 }
 
+/* Fills *l and returns 1 if md is one of act_layouts, else returns 0. */
+static int md_act_layout(const dnnl_memory_desc_t *md, cl_bn_layout *l)
+{
+    int k = md_act_tag(md);
+    return k >= 0 &&
+           cl_bn_layout_make(l, act_layouts[k].name, (int)md->dims[0],
+                             (int)md->dims[1], md->dims[2] * md->dims[3]);
+}
+
+/* BN runs as the onednn_bn.c loops (see onednn_bn.h for why not as
+ * oneDNN's primitive) on whatever layout its input has. */
 static cl_status plan_bn_fwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -983,89 +1005,39 @@ static cl_status plan_bn_fwd(dn_ctx *d, int i)
     const cl_node *n = &g->nodes[i];
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
     dn_node *x = &d->nd[i];
-    dnnl_batch_normalization_desc_t bd;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
     dn_step *s;
-    unsigned flags = dnnl_use_scale | dnnl_use_shift;
-    if (x->relu)
-        flags |= dnnl_fuse_norm_relu;
     TRY(ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t md = *in_md(d, n->in[0]), cmd;
     md_1d(&cmd, a->channels);
+    if (!md_act_layout(&md, &x->lay))
+        return cl_error(CL_ERR_BACKEND,
+                        "%s: batch norm input in a layout the onednn backend "
+                        "does not read (it reads nChw16c, nChw8c, nChw4c, "
+                        "nhwc and nchw)",
+                        n->name);
     int src = d->t[rep(d, n->in[0])].store;
     TRY(set_md(d, n->out, &md, -1));
     int dst = d->t[rep(d, n->out)].store;
-    float *gamma = cl_graph_param(g, n->param[0]);
-    float *beta = cl_graph_param(g, n->param[1]);
-    if (md_whole_16c(&md)) {
-        /* See onednn_bn.h for why these are not oneDNN primitives. */
-        x->own_bn = 1;
-        if (a->channels > d->max_bn_channels)
-            d->max_bn_channels = a->channels;
-        if (d->mode == CL_PLAN_TRAIN) {
-            TRY(md_store(d, &cmd, &x->mean));
-            TRY(md_store(d, &cmd, &x->var));
-            TRY(step_new(d, &d->fwd_train, STEP_BN_FWD, i,
-                         "batch normalization forward", i, &s));
-            arg_store(d, s, 0, src, &md);
-            arg_store(d, s, 1, dst, &md);
-            arg_store(d, s, 2, x->mean, &cmd);
-            arg_store(d, s, 3, x->var, &cmd);
-            TRY(step_new(d, &d->fwd_train, STEP_BN_STATS, i,
-                         "running statistics", i, &s));
-            arg_store(d, s, 0, x->mean, &cmd);
-            arg_store(d, s, 1, x->var, &cmd);
-        }
-        TRY(step_new(d, &d->fwd_eval, STEP_BN_INFER, i,
-                     "batch normalization inference", i, &s));
-        arg_store(d, s, 0, src, &md);
-        arg_store(d, s, 1, dst, &md);
-        return CL_OK;
-    }
+    if (a->channels > d->max_bn_channels)
+        d->max_bn_channels = a->channels;
     if (d->mode == CL_PLAN_TRAIN) {
-        if (d->prim_bn < 0)
-            d->prim_bn = i;
-        DN(dnnl_batch_normalization_forward_desc_init(
-               &bd, dnnl_forward_training, &md, a->eps, flags),
-           i, "batch normalization forward descriptor");
-        TRY(prim_make(d, i, "batch normalization forward", &bd, NULL, NULL, &pd,
-                      &prim));
-        x->fwd_pd = pd;
-        dnnl_memory_desc_t wsmd = qmd(pd, dnnl_query_workspace_md, 0);
         TRY(md_store(d, &cmd, &x->mean));
         TRY(md_store(d, &cmd, &x->var));
-        if (wsmd.ndims)
-            TRY(md_store(d, &wsmd, &x->ws));
-        TRY(step_prim(d, &d->fwd_train, i, "batch normalization forward", i, pd,
-                      prim, &s));
-        arg_store(d, s, DNNL_ARG_SRC, src, &md);
-        arg_store(d, s, DNNL_ARG_DST, dst, &md);
-        arg_ext(s, DNNL_ARG_SCALE, gamma, &cmd);
-        arg_ext(s, DNNL_ARG_SHIFT, beta, &cmd);
-        arg_store(d, s, DNNL_ARG_MEAN, x->mean, &cmd);
-        arg_store(d, s, DNNL_ARG_VARIANCE, x->var, &cmd);
-        if (x->ws >= 0)
-            arg_store(d, s, DNNL_ARG_WORKSPACE, x->ws, &wsmd);
+        TRY(step_new(d, &d->fwd_train, STEP_BN_FWD, i,
+                     "batch normalization forward", i, &s));
+        arg_store(d, s, 0, src, &md);
+        arg_store(d, s, 1, dst, &md);
+        arg_store(d, s, 2, x->mean, &cmd);
+        arg_store(d, s, 3, x->var, &cmd);
         TRY(step_new(d, &d->fwd_train, STEP_BN_STATS, i, "running statistics",
                      i, &s));
         arg_store(d, s, 0, x->mean, &cmd);
         arg_store(d, s, 1, x->var, &cmd);
     }
-    DN(dnnl_batch_normalization_forward_desc_init(
-           &bd, dnnl_forward_inference, &md, a->eps,
-           flags | dnnl_use_global_stats),
-       i, "batch normalization inference descriptor");
-    TRY(prim_make(d, i, "batch normalization inference", &bd, NULL, NULL, &pd,
-                  &prim));
-    TRY(step_prim(d, &d->fwd_eval, i, "batch normalization inference", i, pd,
-                  prim, &s));
-    arg_store(d, s, DNNL_ARG_SRC, src, &md);
-    arg_store(d, s, DNNL_ARG_DST, dst, &md);
-    arg_ext(s, DNNL_ARG_SCALE, gamma, &cmd);
-    arg_ext(s, DNNL_ARG_SHIFT, beta, &cmd);
-    arg_ext(s, DNNL_ARG_MEAN, cl_graph_buffer(g, n->buf[0]), &cmd);
-    arg_ext(s, DNNL_ARG_VARIANCE, cl_graph_buffer(g, n->buf[1]), &cmd);
+    TRY(step_new(d, &d->fwd_eval, STEP_BN_INFER, i,
+                 "batch normalization inference", i, &s));
+    arg_store(d, s, 0, src, &md);
+    arg_store(d, s, 1, dst, &md);
 fail:
     return st;
 }
@@ -1596,7 +1568,7 @@ static int dgrad_unstrided(dn_ctx *d, int i)
     const dnnl_memory_desc_t *dx = in_md(d, n->in[0]);
     return !d->be->opts.direct_convs && a->kh == 1 && a->kw == 1 &&
            (a->sh > 1 || a->sw > 1) && a->ph == 0 && a->pw == 0 &&
-           a->groups == 1 && dx && md_whole_16c(dx);
+           a->groups == 1 && dx && md_act_tag(dx) >= 0;
 }
 
 /* dx of conv i into store tgt from dy (dmd) and the weights w (plain md
@@ -1620,7 +1592,7 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
     int gs;
     const char *what = "convolution backward data on the stride grid";
     DN(dnnl_memory_desc_init_by_tag(&gmd, 4, gdims, dxmd->data_type,
-                                    dnnl_nChw16c),
+                                    act_layouts[md_act_tag(dxmd)].tag),
        i, what);
     md_any(&sany, 4, gdims, conv_dt(d));
     md_any(&wany, 4, wplain->dims, conv_dt(d));
@@ -1647,16 +1619,19 @@ fail:
 }
 
 /* An STEP_UNSTRIDE step: args[0] dx on the stride grid, args[1] dx, both
- * nChw16c of one type; whole 16-channel pixels are copied, the pixels off
- * the grid zeroed. */
+ * of one type and one of act_layouts; each plane of channel blocks is
+ * copied a whole block-pixel at a time, the pixels off the grid zeroed. */
 static void unstride(dn_ctx *d, const dn_step *s)
 {
     const cl_conv2d_attr *a = &d->g->nodes[s->node].attr.conv2d;
     const dnnl_memory_desc_t *gm = &s->args[0].md, *fm = &s->args[1].md;
-    const int64_t NB = fm->dims[0] * (fm->dims[1] / 16);
+    cl_bn_layout l;
+    if (!md_act_layout(fm, &l))
+        return; /* dgrad_unstrided planned it only for these */
+    const int64_t NB = l.N * (l.sn / (l.HW * l.B));
     const int64_t H = fm->dims[2], W = fm->dims[3];
     const int64_t OH = gm->dims[2], OW = gm->dims[3];
-    const size_t px = (size_t)16 * (md_bf16(fm) ? 2 : 4);
+    const size_t px = (size_t)l.B * (md_bf16(fm) ? 2 : 4);
     const char *grid = arg_ptr(d, &s->args[0]);
     char *dx = arg_ptr(d, &s->args[1]);
 #pragma omp parallel for schedule(static)
@@ -1752,19 +1727,12 @@ fail:
 static cl_status plan_bn_bwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
-    cl_graph *g = d->g;
-    const cl_node *n = &g->nodes[i];
+    const cl_node *n = &d->g->nodes[i];
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
     dn_node *x = &d->nd[i];
-    dnnl_batch_normalization_desc_t bd;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
     dn_step *s;
     dnnl_memory_desc_t cmd;
     int dy, tgt, acc;
-    unsigned flags = dnnl_use_scale | dnnl_use_shift;
-    if (x->relu)
-        flags |= dnnl_fuse_norm_relu;
     const dnnl_memory_desc_t *md = in_md(d, n->in[0]);
     md_1d(&cmd, a->channels);
     TRY(out_grad(d, i, &dy));
@@ -1773,41 +1741,13 @@ static cl_status plan_bn_bwd(dn_ctx *d, int i)
         /* The parameters still need gradients: dx goes to a scratch. */
         TRY(md_store(d, md, &tgt));
     }
-    if (x->own_bn) {
-        TRY(step_new(d, &d->bwd, STEP_BN_BWD, i, "batch normalization backward",
-                     tb(d, i), &s));
-        arg_store(d, s, 0, tgt, md);
-        arg_store(d, s, 1, dy, md);
-        arg_store(d, s, 2, d->t[rep(d, n->in[0])].store, md);
-        arg_store(d, s, 3, x->mean, &cmd);
-        arg_store(d, s, 4, x->var, &cmd);
-        if (acc)
-            TRY(accumulate(d, i, n->in[0], tgt));
-        TRY(hook_step(d, i, n->param[0]));
-        TRY(hook_step(d, i, n->param[1]));
-        return CL_OK;
-    }
-    DN(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, md, md,
-                                                   a->eps, flags),
-       i, "batch normalization backward descriptor");
-    TRY(prim_make(d, i, "batch normalization backward", &bd, NULL, x->fwd_pd,
-                  &pd, &prim));
-    TRY(step_prim(d, &d->bwd, i, "batch normalization backward", tb(d, i), pd,
-                  prim, &s));
-    arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store, md);
-    arg_store(d, s, DNNL_ARG_MEAN, x->mean, &cmd);
-    arg_store(d, s, DNNL_ARG_VARIANCE, x->var, &cmd);
-    arg_ext(s, DNNL_ARG_SCALE, cl_graph_param(g, n->param[0]), &cmd);
-    if (qarg(pd, DNNL_ARG_SHIFT).ndims)
-        arg_ext(s, DNNL_ARG_SHIFT, cl_graph_param(g, n->param[1]), &cmd);
-    if (x->ws >= 0) {
-        dnnl_memory_desc_t wsmd = qmd(pd, dnnl_query_workspace_md, 0);
-        arg_store(d, s, DNNL_ARG_WORKSPACE, x->ws, &wsmd);
-    }
-    arg_store(d, s, DNNL_ARG_DIFF_DST, dy, md);
-    arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, md);
-    arg_ext(s, DNNL_ARG_DIFF_SCALE, cl_graph_grad(g, n->param[0]), &cmd);
-    arg_ext(s, DNNL_ARG_DIFF_SHIFT, cl_graph_grad(g, n->param[1]), &cmd);
+    TRY(step_new(d, &d->bwd, STEP_BN_BWD, i, "batch normalization backward",
+                 tb(d, i), &s));
+    arg_store(d, s, 0, tgt, md);
+    arg_store(d, s, 1, dy, md);
+    arg_store(d, s, 2, d->t[rep(d, n->in[0])].store, md);
+    arg_store(d, s, 3, x->mean, &cmd);
+    arg_store(d, s, 4, x->var, &cmd);
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
     TRY(hook_step(d, i, n->param[0]));
@@ -2063,14 +2003,11 @@ static void bn_stats(dn_ctx *d, const dn_step *s)
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
-    const cl_shape *xs = &gt(d, n->in[0])->shape;
     const float *mean = arg_ptr(d, &s->args[0]);
     const float *var = arg_ptr(d, &s->args[1]);
     float *rm = cl_graph_buffer(g, n->buf[0]);
     float *rv = cl_graph_buffer(g, n->buf[1]);
-    double cnt = d->nd[s->node].own_bn
-                     ? d->nd[s->node].count
-                     : (double)xs->d[0] * (double)xs->d[2] * (double)xs->d[3];
+    double cnt = d->nd[s->node].count;
     double unb = cnt > 1 ? cnt / (cnt - 1) : 1.0;
     const float mo = a->momentum;
     for (int c = 0; c < a->channels; c++) {
@@ -2148,17 +2085,18 @@ static void fold_bn(dn_ctx *d, const dn_step *s)
  * (and the sample count) over all ranks, then every rank normalises with
  * the global mean and biased variance, which the mean / var stores keep
  * for backward and the running-statistics step.  p: src, dst, mean, var. */
-static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p, int N,
-                                 int C, int64_t HW, int bf)
+static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p,
+                                 const cl_bn_layout *l, int bf)
 {
+    const int C = l->C;
     const cl_backend_hooks *h = &d->be->hooks;
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
     double *v = d->sync_sums;
     float *mean = p[2], *var = p[3];
-    cl_dnnl_bn_sums(v, v + C, p[0], N, C, HW, bf);
-    v[2 * C] = (double)N * (double)HW;
+    cl_dnnl_bn_sums(v, v + C, p[0], l, bf);
+    v[2 * C] = (double)l->N * (double)l->HW;
     cl_status st = h->allreduce_sum(h->ctx, v, 2 * C + 1);
     if (st != CL_OK)
         return cl_error_wrap(st, "%s: SyncBatchNorm: ", n->name);
@@ -2170,8 +2108,8 @@ static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p, int N,
     }
     d->nd[s->node].count = M;
     cl_dnnl_bn_forward_infer(p[1], p[0], cl_graph_param(g, n->param[0]),
-                             cl_graph_param(g, n->param[1]), mean, var, N, C,
-                             HW, a->eps, d->nd[s->node].relu, bf);
+                             cl_graph_param(g, n->param[1]), mean, var, l,
+                             a->eps, d->nd[s->node].relu, bf);
     return CL_OK;
 }
 
@@ -2179,9 +2117,10 @@ static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p, int N,
  * gradients are averaged over ranks like any other); dx needs the global
  * sums of dy and dy * xhat over the forward's global count.  p: dx, dy,
  * x, mean, var. */
-static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p, int N,
-                                 int C, int64_t HW, int bf)
+static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p,
+                                 const cl_bn_layout *l, int bf)
 {
+    const int C = l->C;
     const cl_backend_hooks *h = &d->be->hooks;
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
@@ -2192,8 +2131,8 @@ static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p, int N,
     float *dbeta = cl_graph_grad(g, n->param[1]);
     int relu = d->nd[s->node].relu;
     double *v = d->sync_sums;
-    cl_dnnl_bn_backward_sums(v, v + C, p[1], p[2], p[3], p[4], gamma, beta, N,
-                             C, HW, a->eps, relu, bf);
+    cl_dnnl_bn_backward_sums(v, v + C, p[1], p[2], p[3], p[4], gamma, beta, l,
+                             a->eps, relu, bf);
     for (int c = 0; c < C; c++) {
         dbeta[c] = (float)v[c];
         dgamma[c] = (float)v[C + c];
@@ -2202,7 +2141,7 @@ static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p, int N,
     if (st != CL_OK)
         return cl_error_wrap(st, "%s: SyncBatchNorm backward: ", n->name);
     cl_dnnl_bn_backward_dx(p[0], p[1], p[2], p[3], p[4], gamma, beta, v, v + C,
-                           d->nd[s->node].count, N, C, HW, a->eps, relu, bf);
+                           d->nd[s->node].count, l, a->eps, relu, bf);
     return CL_OK;
 }
 
@@ -2215,9 +2154,7 @@ static cl_status own_bn(dn_ctx *d, const dn_step *s)
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
-    const cl_shape *xs = &gt(d, n->in[0])->shape;
-    const int N = (int)xs->d[0], C = (int)xs->d[1];
-    const int64_t HW = xs->d[2] * xs->d[3];
+    const cl_bn_layout *l = &d->nd[s->node].lay;
     const float *gamma = cl_graph_param(g, n->param[0]);
     const float *beta = cl_graph_param(g, n->param[1]);
     const int sync = d->be->hooks.allreduce_sum != NULL;
@@ -2228,20 +2165,20 @@ static cl_status own_bn(dn_ctx *d, const dn_step *s)
         p[k] = arg_ptr(d, &s->args[k]);
     if (s->kind == STEP_BN_FWD) {
         if (sync)
-            return own_bn_sync_fwd(d, s, p, N, C, HW, bf);
-        cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, N, C, HW,
-                                 a->eps, relu, bf);
-        d->nd[s->node].count = (double)N * (double)HW;
+            return own_bn_sync_fwd(d, s, p, l, bf);
+        cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, l, a->eps,
+                                 relu, bf);
+        d->nd[s->node].count = (double)l->N * (double)l->HW;
     } else if (s->kind == STEP_BN_INFER) {
         cl_dnnl_bn_forward_infer(
             p[1], p[0], gamma, beta, cl_graph_buffer(g, n->buf[0]),
-            cl_graph_buffer(g, n->buf[1]), N, C, HW, a->eps, relu, bf);
+            cl_graph_buffer(g, n->buf[1]), l, a->eps, relu, bf);
     } else if (sync) {
-        return own_bn_sync_bwd(d, s, p, N, C, HW, bf);
+        return own_bn_sync_bwd(d, s, p, l, bf);
     } else {
         cl_dnnl_bn_backward(p[0], cl_graph_grad(g, n->param[0]),
                             cl_graph_grad(g, n->param[1]), p[1], p[2], p[3],
-                            p[4], gamma, beta, N, C, HW, a->eps, relu, bf);
+                            p[4], gamma, beta, l, a->eps, relu, bf);
     }
     return CL_OK;
 }
@@ -2456,8 +2393,13 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->be = be;
     d->g = g;
     d->mode = mode;
-    d->prim_bn = -1;
     d->amp = be->opts.amp_level;
+    if (d->amp && !cl_dnnl_bf16_supported())
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "amp_level O%d needs bf16 convolutions, which oneDNN "
+                        "runs on AVX-512 CPUs only, and it runs at %s here; "
+                        "use amp_level O0 (f32)",
+                        d->amp, cl_dnnl_isa_name());
     if (be->opts.threads > 0)
         omp_set_num_threads(be->opts.threads);
     dn_ftz();
@@ -2646,25 +2588,9 @@ fail:
     return st;
 }
 
-/* SyncBatchNorm runs in the onednn_bn.c kernels only: a BN that oneDNN's
- * primitive runs (a layout other than nChw16c with whole channel blocks)
- * computes its statistics inside the primitive, out of the hook's reach. */
-static cl_status sync_bn_check(const dn_ctx *d)
-{
-    if (!d->be->hooks.allreduce_sum || d->prim_bn < 0)
-        return CL_OK;
-    return cl_error(CL_ERR_UNSUPPORTED,
-                    "%s: SyncBatchNorm on onednn needs the blocked nChw16c "
-                    "layout with channels a multiple of 16 (this BN runs as "
-                    "a oneDNN primitive); use --backend ref",
-                    d->g->nodes[d->prim_bn].name);
-}
-
 static cl_status dn_forward(cl_backend *be, int training, float *loss)
 {
     dn_ctx *d = be->priv;
-    if (training)
-        CL_TRY(sync_bn_check(d));
     if (training && d->mode != CL_PLAN_TRAIN)
         return cl_error(CL_ERR_ARG, "onednn forward: training needs a plan "
                                     "made for training, this one infers");
@@ -2696,7 +2622,6 @@ static cl_status dn_backward(cl_backend *be)
     if (!d->has_labels && !d->has_targets)
         return cl_error(CL_ERR_ARG,
                         "onednn backward: no labels or targets were set");
-    CL_TRY(sync_bn_check(d));
     dn_ftz();
     return run_list(d, &d->bwd);
 }

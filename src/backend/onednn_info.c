@@ -40,3 +40,16 @@ const char *cl_dnnl_isa_name(void)
         return "unknown";
     }
 }
+
+int cl_dnnl_bf16_supported(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+        return 1;
+    default:
+        return 0;
+    }
+}

@@ -223,7 +223,9 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     if (st != CL_OK)
         goto fail;
     *macs = cl_graph_macs(&g);
-    cl_backend_opts bo = {o->threads, o->amp, o->direct_convs};
+    cl_backend_opts bo = {.threads = o->threads,
+                          .amp_level = o->amp,
+                          .direct_convs = o->direct_convs};
     st = cl_backend_create(&be, o->backend, &g,
                            train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
     if (st != CL_OK)

@@ -112,7 +112,7 @@ cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
             CL_OK ||
         (s = cl_ckpt_load_model(ckpt, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
         goto fail;
-    cl_backend_opts bo = {threads, 0, 0};
+    cl_backend_opts bo = {.threads = threads};
     if ((s = cl_backend_create(&m->be, backend, &m->g, mode, &bo)) != CL_OK)
         goto fail;
     return CL_OK;

@@ -695,7 +695,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     if (r.d && cfg->resume[0] && (s = broadcast_optim(&r)) != CL_OK)
         goto fail;
 
-    cl_backend_opts bo = {cfg->threads, cfg->amp_level, 0};
+    cl_backend_opts bo = {.threads = cfg->threads, .amp_level = cfg->amp_level};
     const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref" : "onednn";
     if ((s = cl_backend_create(&r.be, backend, &r.g, CL_PLAN_TRAIN, &bo)) !=
         CL_OK)
