@@ -632,6 +632,75 @@ CL_TEST(dgrad_strided_1x1_on_grid_channels_last)
     dgrad_strided_case(1);
 }
 
+/* A measured plan (autotune) times both ways of every conv backward that
+ * has two (the weight gradients of bias-free convs with outputs up to
+ * 8x8, the backward data of strided 1x1 convs) and plans one of them
+ * per shape; whatever it picks matches the reference, and the graph's BN
+ * running statistics are those of one step, not of the measuring steps.
+ * The chosen paths given back (conv_paths) make the same plan, bit for
+ * bit; paths that do not fit the graph are refused. */
+static void autotune_case(build_fn build, int expect_measured)
+{
+    pair p;
+    cl_backend_opts o = {.autotune = 1};
+    REQUIRE_OK(pair_make_opts(&p, build, 3, CL_PLAN_TRAIN, 9, &o));
+    int measured = -1, rewritten = -1;
+    cl_dnnl_tune_counts(p.be[1], &measured, &rewritten);
+    CHECK(measured == expect_measured);
+    CHECK(rewritten >= 0 && rewritten <= measured);
+    const char *paths = cl_dnnl_conv_paths(p.be[1]);
+    REQUIRE(paths != NULL);
+    CHECK((int)strlen(paths) == p.g[1].n_nodes);
+    CHECK(cl_dnnl_conv_paths(p.be[0]) == NULL);
+    fprintf(stderr, "measured %d, planned the other way %d: paths %s\n",
+            measured, rewritten, paths);
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    }
+    CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
+    check_grads(&p, 2e-4);
+    check_buffers(&p, 1e-5);
+    /* The same paths again: the same gradients, bit for bit. */
+    cl_graph g2;
+    cl_backend *be2 = NULL;
+    REQUIRE_OK(cl_graph_init(&g2, 3));
+    REQUIRE_OK(build(&g2, 3));
+    memcpy(g2.params, p.g[1].params, p.g[1].n_param_floats * sizeof(float));
+    memcpy(g2.buffers, p.g[1].buffers, p.g[1].n_buffer_floats * sizeof(float));
+    cl_backend_opts o2 = {.conv_paths = paths};
+    CHECK_OK(cl_backend_create(&be2, "onednn", &g2, CL_PLAN_TRAIN, &o2));
+    if (be2) {
+        CHECK(strcmp(cl_dnnl_conv_paths(be2), paths) == 0);
+        CHECK_OK(cl_backend_set_input(p.be[1], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[1], 1, NULL));
+        CHECK_OK(cl_backend_backward(p.be[1]));
+        CHECK_OK(cl_backend_set_input(be2, p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(be2, 1, NULL));
+        CHECK_OK(cl_backend_backward(be2));
+        CHECK(memcmp(g2.grads, p.g[1].grads,
+                     p.g[1].n_param_floats * sizeof(float)) == 0);
+        cl_backend_destroy(be2);
+        be2 = NULL;
+    }
+    o2.conv_paths = "0";
+    CHECK_ERR(cl_backend_create(&be2, "onednn", &g2, CL_PLAN_TRAIN, &o2),
+              CL_ERR_ARG, "do not fit this graph");
+    CHECK(be2 == NULL);
+    cl_graph_free(&g2);
+    pair_free(&p);
+}
+
+CL_TEST(autotune_conv_backward_paths)
+{
+    /* conv_a, conv_b, conv_c and down's weight gradients, down's data. */
+    autotune_case(build_small, 5);
+    /* Four weight gradients, down's and down2's data. */
+    autotune_case(build_strided_1x1, 6);
+}
+
 /* BN straight on the plain 3-channel input: onednn_bn.c on planar nchw. */
 static cl_status build_bn_input(cl_graph *g, int batch)
 {

@@ -87,26 +87,32 @@ CL_TEST(fashion_mnist_subset_accuracy)
     CHECK_NEAR(atof(t + 6), top1, 0.011);
 }
 
-CL_TEST(resume_gives_the_same_losses)
+/* 2 epochs x 4 steps, a checkpoint at step 3 (inside epoch 1); the run
+ * resumed from it must log exactly the losses of the uninterrupted run
+ * from step 4 on (data order, augmentation, optimizer state and BN
+ * statistics all restored; with autotune, the measured conv paths too). */
+static void resume_case(int autotune)
 {
-    /* 2 epochs x 4 steps, a checkpoint at step 3 (inside epoch 1); the run
-     * resumed from it must log exactly the losses of the uninterrupted
-     * run from step 4 on (data order, augmentation, optimizer state and BN
-     * statistics all restored). */
-    char args[2048];
-    const char *common =
-        "train " QUICK "--limit_train 64 --batch_size 16 --epoch_size 2 "
-        "--lr 0.05 --warmup_epochs 1 --val_interval 0 --ckpt_save_epochs 0 "
-        "--per_print_times 1 --hflip 0.5 --random_crop_padding 0 "
-        "--ckpt_save_interval 3 --keep_checkpoint_max 0";
+    char args[2048], common[1024];
+    snprintf(common, sizeof common,
+             "train " QUICK "--limit_train 64 --batch_size 16 --epoch_size 2 "
+             "--lr 0.05 --warmup_epochs 1 --val_interval 0 "
+             "--ckpt_save_epochs 0 --per_print_times 1 --hflip 0.5 "
+             "--random_crop_padding 0 --ckpt_save_interval 3 "
+             "--keep_checkpoint_max 0 --autotune %s",
+             autotune ? "true" : "false");
     snprintf(args, sizeof args, "%s --ckpt_save_dir %s", common,
              cl_test_path("full"));
     REQUIRE(cl_test_classic(args) == 0);
+    CHECK((strstr(cl_test_out, "autotune: measured two ways of") != NULL) ==
+          autotune);
     snprintf(args, sizeof args, "%s --ckpt_save_dir %s --resume %s", common,
              cl_test_path("resumed"),
              cl_test_path("full/resnet18-e1-s3.safetensors"));
     REQUIRE(cl_test_classic(args) == 0);
     CHECK(strstr(cl_test_out, "resumed from") != NULL);
+    CHECK((strstr(cl_test_out, "conv backward paths of the resumed run") !=
+           NULL) == autotune);
     double la[16], lb[16];
     int64_t sa[16], sb[16];
     int na =
@@ -122,6 +128,16 @@ CL_TEST(resume_gives_the_same_losses)
             fprintf(stderr, "step %lld: %.9g vs %.9g\n", (long long)sb[i],
                     lb[i], la[i + 3]);
     }
+}
+
+CL_TEST(resume_gives_the_same_losses)
+{
+    resume_case(0);
+}
+
+CL_TEST(resume_gives_the_same_losses_autotuned)
+{
+    resume_case(1);
 }
 
 /* Writes an MNIST-format dataset of n 28x28 images with labels in [0, k)

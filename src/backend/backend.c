@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/onednn_info.h"
 #include "core/error.h"
 #include "core/mem.h"
 
@@ -64,4 +65,14 @@ void cl_backend_destroy(cl_backend *be)
     if (be->vt && be->vt->destroy)
         be->vt->destroy(be);
     cl_free(be);
+}
+
+const char *cl_backend_conv_paths(const cl_backend *be)
+{
+    return be ? cl_dnnl_conv_paths(be) : NULL;
+}
+
+void cl_backend_tune_counts(const cl_backend *be, int *measured, int *rewritten)
+{
+    cl_dnnl_tune_counts(be, measured, rewritten);
 }

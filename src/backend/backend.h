@@ -28,6 +28,16 @@ typedef struct cl_backend_opts {
      * oneDNN's choice.  Lets the tests run the channels-last paths (BN,
      * SyncBatchNorm, the stride grid) on a CPU that would not pick it. */
     int channels_last;
+    /* oneDNN, training plans: 1 measures, per conv shape, both ways of
+     * computing each conv's backward where the other way applies (the
+     * rewrites above against oneDNN's primitives) and plans the faster
+     * one.  Costs two extra plans and a few steps at plan time. */
+    int autotune;
+    /* oneDNN: the choices of an earlier plan of the same graph
+     * (cl_dnnl_conv_paths), so that a resumed run computes exactly what
+     * the first did; NULL to decide anew.  Takes precedence over
+     * autotune. */
+    const char *conv_paths;
 } cl_backend_opts;
 
 typedef struct cl_backend_vtbl {
@@ -86,6 +96,14 @@ struct cl_backend {
 cl_status cl_backend_create(cl_backend **out, const char *name, cl_graph *g,
                             cl_plan_mode mode, const cl_backend_opts *opts);
 void cl_backend_destroy(cl_backend *be);
+/* The plan's choice of each conv's backward (cl_backend_opts.conv_paths
+ * gives it back to a later plan), or NULL where there is none to make
+ * (the ref backend). */
+const char *cl_backend_conv_paths(const cl_backend *be);
+/* With autotune: conv backward passes measured both ways, and of those
+ * the ones planned the other way; 0 and 0 without. */
+void cl_backend_tune_counts(const cl_backend *be, int *measured,
+                            int *rewritten);
 
 static inline cl_status cl_backend_set_input(cl_backend *be, const float *x,
                                              const int32_t *labels,

@@ -32,6 +32,8 @@
 #include "backend/onednn_info.h"
 #include "core/error.h"
 #include "core/mem.h"
+#include "core/rng.h"
+#include "core/timer.h"
 
 /* Parameters, their gradients, BN statistics, the logits and the loss are
  * f32 at every amp level; activations, their gradients and the weight
@@ -75,6 +77,7 @@ typedef struct dn_step {
     dnnl_primitive_t prim; /* not owned */
     int time;
     int aux;
+    int part; /* conv backward: 1 weight gradient, 2 data, else 0 */
     int nargs;
     dn_arg args[DN_MAX_ARGS];
     dnnl_memory_t mem[DN_MAX_ARGS];
@@ -151,6 +154,12 @@ typedef struct dn_ctx {
     double *sync_sums;
     int max_bn_channels;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
+    /* Conv backward paths, one char per node (cl_dnnl_conv_paths): wanted
+     * at plan start, what was planned once the node is planned. */
+    char *paths;
+    int part;     /* the part of a conv backward being planned */
+    double *prof; /* measuring: seconds per (node, part), or NULL */
+    int tune_measured, tune_rewritten;
 } dn_ctx;
 
 /* ---- errors and small helpers ------------------------------------------- */
@@ -455,6 +464,7 @@ static cl_status step_new(dn_ctx *d, dn_list *l, dn_step_kind k, int node,
     s->node = node;
     s->what = what;
     s->time = time;
+    s->part = d->part;
     if (time >= d->n_time)
         d->n_time = time + 1;
     *out = s;
@@ -1437,15 +1447,25 @@ static cl_status bwd_data_step(dn_ctx *d, int i, const char *what,
  * against 420), and the Fashion-MNIST recipe spent more time there than
  * in the forward (docs/amp.md).  At 7x7 and up the two are even. */
 enum { DN_WGRAD_MATMUL_MAX_HW = 16 };
+/* The largest output a measured plan (autotune) tries the matmul on: its
+ * patch matrix grows with the output, and at 8x8 and up oneDNN's own
+ * kernels were never slower. */
+enum { DN_WGRAD_TUNE_MAX_HW = 64 };
+
+/* Whether the weight gradient of conv i can run as a matmul. */
+static int wgrad_matmul_ok(const cl_graph *g, int i)
+{
+    const cl_node *n = &g->nodes[i];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    const cl_shape *y = &g->tensors[n->out].shape;
+    return n->op == CL_OP_CONV2D && a->groups == 1 && !a->has_bias &&
+           a->dh == 1 && a->dw == 1 &&
+           y->d[2] * y->d[3] <= DN_WGRAD_TUNE_MAX_HW;
+}
 
 static int wgrad_as_matmul(const dn_ctx *d, int i)
 {
-    const cl_node *n = &d->g->nodes[i];
-    const cl_conv2d_attr *a = &n->attr.conv2d;
-    const cl_shape *y = &gt(d, n->out)->shape;
-    return !d->be->opts.direct_convs && a->groups == 1 && !a->has_bias &&
-           a->dh == 1 && a->dw == 1 &&
-           y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
+    return ((d->paths[i] - '0') & 1) && wgrad_matmul_ok(d->g, i);
 }
 
 /* Store s (layout md) in NHWC, same type, for node i's backward. */
@@ -1561,14 +1581,20 @@ static void im2col(dn_ctx *d, const dn_step *s)
  * thread, batch 128, 1024->2048 at 4x4 -> 2x2: 18.6 ms, where the same
  * conv's forward takes 8.5 ms and the stride-1 backward data of 512->2048
  * at 2x2, half the product, 4.3 ms). */
+static int dgrad_grid_ok(const cl_graph *g, int i)
+{
+    const cl_node *n = &g->nodes[i];
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    return n->op == CL_OP_CONV2D && a->kh == 1 && a->kw == 1 &&
+           (a->sh > 1 || a->sw > 1) && a->ph == 0 && a->pw == 0 &&
+           a->groups == 1;
+}
+
 static int dgrad_unstrided(dn_ctx *d, int i)
 {
-    const cl_node *n = &d->g->nodes[i];
-    const cl_conv2d_attr *a = &n->attr.conv2d;
-    const dnnl_memory_desc_t *dx = in_md(d, n->in[0]);
-    return !d->be->opts.direct_convs && a->kh == 1 && a->kw == 1 &&
-           (a->sh > 1 || a->sw > 1) && a->ph == 0 && a->pw == 0 &&
-           a->groups == 1 && dx && md_act_tag(dx) >= 0;
+    const dnnl_memory_desc_t *dx = in_md(d, d->g->nodes[i].in[0]);
+    return ((d->paths[i] - '0') & 2) && dgrad_grid_ok(d->g, i) && dx &&
+           md_act_tag(dx) >= 0;
 }
 
 /* dx of conv i into store tgt from dy (dmd) and the weights w (plain md
@@ -1660,6 +1686,7 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     dnnl_dims_t wdims, strides, dil, pl, pr;
     dnnl_memory_desc_t wany, wf32, wplain, bmd, dwmd, dyc_md;
     int dy, dyc, tmp, tgt, acc;
+    int path = 0; /* cl_dnnl_conv_paths of this node */
     /* src as the forward read it (bf16 under amp); dx in the input's own
      * type and layout; dy and the weights in the compute type. */
     int xs = x->src;
@@ -1676,7 +1703,9 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
     md_any(&wany, wnd, wdims, conv_dt(d));
     md_plain(&wplain, wnd, wdims);
     float *gw = cl_graph_grad(g, n->param[0]);
+    d->part = 1;
     if (wgrad_as_matmul(d, i)) {
+        path |= 1;
         TRY(plan_wgrad_matmul(d, i, dy, dmd, &wplain, gw));
         TRY(hook_step(d, i, n->param[0]));
         goto data;
@@ -1703,10 +1732,12 @@ static cl_status plan_conv_bwd(dn_ctx *d, int i)
         TRY(hook_step(d, i, n->param[1]));
 
 data:
+    d->part = 2;
     TRY(grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
-        return CL_OK;
+        goto fail;
     if (dgrad_unstrided(d, i)) {
+        path |= 2;
         TRY(plan_dgrad_unstrided(d, i, dy, dmd, &wplain, w, tgt));
     } else {
         DN(dnnl_dilated_convolution_backward_data_desc_init(
@@ -1721,6 +1752,8 @@ data:
     if (acc)
         TRY(accumulate(d, i, n->in[0], tgt));
 fail:
+    d->part = 0;
+    d->paths[i] = (char)('0' + path);
     return st;
 }
 
@@ -2189,6 +2222,7 @@ static cl_status run_list(dn_ctx *d, dn_list *l)
     cl_backend *be = d->be;
     for (int k = 0; k < l->n; k++) {
         dn_step *s = &l->s[k];
+        double t0 = d->prof && s->part ? cl_time_now() : 0.0;
         switch (s->kind) {
         case STEP_PRIM:
             DN(dnnl_primitive_execute(s->prim, d->strm, s->nargs, s->exec),
@@ -2221,6 +2255,8 @@ static cl_status run_list(dn_ctx *d, dn_list *l)
             unstride(d, s);
             break;
         }
+        if (t0 > 0.0)
+            d->prof[3 * s->node + s->part] += cl_time_now() - t0;
     }
     DN(dnnl_stream_wait(d->strm), -1, "stream wait");
 fail:
@@ -2272,6 +2308,190 @@ int cl_dnnl_plan_steps(const cl_backend *be, const char *what)
         for (int j = 0; j < l[k]->n; j++)
             count += strcmp(l[k]->s[j].what, what) == 0;
     return count;
+}
+
+const char *cl_dnnl_conv_paths(const cl_backend *be)
+{
+    const dn_ctx *d = be->priv;
+    if (be->vt != &cl_backend_onednn_vtbl || !d)
+        return NULL;
+    return d->paths;
+}
+
+void cl_dnnl_tune_counts(const cl_backend *be, int *measured, int *rewritten)
+{
+    const dn_ctx *d = be->priv;
+    int ok = be->vt == &cl_backend_onednn_vtbl && d;
+    *measured = ok ? d->tune_measured : 0;
+    *rewritten = ok ? d->tune_rewritten : 0;
+}
+
+/* ---- measured choice of the conv backward paths (autotune) -------------
+ *
+ * Which way of a conv's backward is faster depends on the CPU (AVX2,
+ * AVX-512, AMX), the precision, the layout oneDNN picks and the shape:
+ * the thresholds above were measured on one CPU.  A measured plan makes
+ * two plans of the graph first, every second way on and every one off,
+ * runs a few training steps of each on random data, times each conv's
+ * weight-gradient and data-gradient steps, adds the times of convs of
+ * the same shape, and keeps the faster way per shape and part. */
+enum { DN_TUNE_STEPS = 3 };
+
+static int same_conv_shape(const cl_graph *g, int i, int j)
+{
+    const cl_conv2d_attr *a = &g->nodes[i].attr.conv2d;
+    const cl_conv2d_attr *b = &g->nodes[j].attr.conv2d;
+    const cl_shape *x = &g->tensors[g->nodes[i].in[0]].shape;
+    const cl_shape *y = &g->tensors[g->nodes[j].in[0]].shape;
+    if (x->ndim != y->ndim)
+        return 0;
+    for (int k = 0; k < x->ndim; k++)
+        if (x->d[k] != y->d[k])
+            return 0;
+    return a->in_ch == b->in_ch && a->out_ch == b->out_ch && a->kh == b->kh &&
+           a->kw == b->kw && a->sh == b->sh && a->sw == b->sw &&
+           a->ph == b->ph && a->pw == b->pw && a->dh == b->dh &&
+           a->dw == b->dw && a->groups == b->groups &&
+           a->has_bias == b->has_bias;
+}
+
+/* Seconds per (node, part) of the last DN_TUNE_STEPS - 1 training steps of
+ * g planned with paths (every conv's wanted way) into t (3 per node). */
+static cl_status tune_time(cl_graph *g, const cl_backend_opts *base,
+                           const char *paths, const float *x,
+                           const int32_t *labels, double *t)
+{
+    cl_backend *be = NULL;
+    cl_backend_opts o = *base;
+    o.autotune = 0;
+    o.conv_paths = paths;
+    CL_TRY(cl_backend_create(&be, "onednn", g, CL_PLAN_TRAIN, &o));
+    dn_ctx *d = be->priv;
+    cl_status st = CL_OK;
+    d->prof = t;
+    for (int k = 0; k < DN_TUNE_STEPS && st == CL_OK; k++) {
+        if (k == 1) /* the first step warms caches and pages */
+            memset(t, 0, sizeof *t * 3 * (size_t)g->n_nodes);
+        st = cl_backend_set_input(be, x, labels, NULL);
+        if (st == CL_OK)
+            st = cl_backend_forward(be, 1, NULL);
+        if (st == CL_OK)
+            st = cl_backend_backward(be);
+    }
+    d->prof = NULL;
+    cl_backend_destroy(be);
+    return st;
+}
+
+/* Fills d->paths by measurement (see above).  The graph's buffers (BN
+ * running statistics) are restored; its gradients are left overwritten,
+ * as any backward leaves them. */
+static cl_status tune(dn_ctx *d)
+{
+    cl_graph *g = d->g;
+    const int n = g->n_nodes;
+    cl_status st = CL_OK;
+    char *all = cl_alloc_zero((size_t)n + 1, "onednn: tune");
+    char *none = cl_alloc_zero((size_t)n + 1, "onednn: tune");
+    double *t = cl_alloc_zero(sizeof(double) * 6 * (size_t)n, "onednn: tune");
+    size_t nx = (size_t)cl_graph_numel(g, g->input);
+    float *x = cl_alloc(sizeof(float) * (nx ? nx : 1), "onednn: tune");
+    int32_t *labels =
+        cl_alloc(sizeof(int32_t) * (size_t)g->batch + 1, "onednn: tune");
+    float *buf =
+        cl_alloc(sizeof(float) * (g->n_buffer_floats + 1), "onednn: tune");
+    if (!all || !none || !t || !x || !labels || !buf) {
+        st = CL_ERR_NOMEM;
+        goto done;
+    }
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        int want =
+            (wgrad_matmul_ok(g, i) ? 1 : 0) | (dgrad_grid_ok(g, i) ? 2 : 0);
+        all[i] = (char)('0' + want);
+        none[i] = '0';
+        any |= want;
+    }
+    if (!any) { /* nothing to choose */
+        memcpy(d->paths, none, (size_t)n);
+        goto done;
+    }
+    cl_rng r;
+    cl_rng_init(&r, 1, 0);
+    for (size_t k = 0; k < nx; k++)
+        x[k] = cl_rng_uniform(&r) - 0.5f;
+    for (int k = 0; k < g->batch; k++)
+        labels[k] = g->num_classes > 0 ? k % g->num_classes : 0;
+    memcpy(buf, g->buffers, sizeof(float) * g->n_buffer_floats);
+    st = tune_time(g, &d->be->opts, all, x, labels, t);
+    if (st == CL_OK)
+        st = tune_time(g, &d->be->opts, none, x, labels, t + 3 * (size_t)n);
+    memcpy(g->buffers, buf, sizeof(float) * g->n_buffer_floats);
+    if (st != CL_OK) {
+        st = cl_error_wrap(st, "measuring the conv backward paths: ");
+        goto done;
+    }
+    /* Per shape and part: the rewrite's total against the primitive's. */
+    for (int i = 0; i < n; i++) {
+        int want = all[i] - '0', got = 0;
+        for (int part = 1; part <= 2; part++) {
+            if (!(want & part))
+                continue;
+            double rw = 0, pr = 0;
+            for (int j = 0; j < n; j++)
+                if ((all[j] - '0') & part && same_conv_shape(g, i, j)) {
+                    rw += t[3 * j + part];
+                    pr += t[3 * (size_t)n + 3 * j + part];
+                }
+            d->tune_measured++;
+            if (rw < pr) {
+                got |= part;
+                d->tune_rewritten++;
+            }
+        }
+        d->paths[i] = (char)('0' + got);
+    }
+done:
+    cl_free(all);
+    cl_free(none);
+    cl_free(t);
+    cl_free(x);
+    cl_free(labels);
+    cl_free(buf);
+    return st;
+}
+
+/* d->paths before planning: the caller's, measured, or the thresholds. */
+static cl_status choose_paths(dn_ctx *d)
+{
+    cl_graph *g = d->g;
+    const cl_backend_opts *o = &d->be->opts;
+    d->paths = cl_alloc_zero((size_t)g->n_nodes + 1, "onednn: paths");
+    if (!d->paths)
+        return CL_ERR_NOMEM;
+    if (o->conv_paths) {
+        size_t len = strlen(o->conv_paths);
+        if (len != (size_t)g->n_nodes || strspn(o->conv_paths, "0123") != len)
+            return cl_error(CL_ERR_ARG,
+                            "onednn: conv paths '%.40s' do not fit this "
+                            "graph (%d nodes, one of 0-3 each)",
+                            o->conv_paths, g->n_nodes);
+        memcpy(d->paths, o->conv_paths, len);
+        return CL_OK;
+    }
+    memset(d->paths, '0', (size_t)g->n_nodes);
+    if (o->direct_convs)
+        return CL_OK;
+    if (o->autotune && d->mode == CL_PLAN_TRAIN)
+        return tune(d);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cl_shape *y = &g->tensors[g->nodes[i].out].shape;
+        int want = wgrad_matmul_ok(g, i) &&
+                   y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
+        want |= dgrad_grid_ok(g, i) ? 2 : 0;
+        d->paths[i] = (char)('0' + want);
+    }
+    return CL_OK;
 }
 
 /* Flush-to-zero and denormals-are-zero on the calling thread and every
@@ -2343,6 +2563,7 @@ static void dn_destroy(cl_backend *be)
     cl_free(d->arena);
     cl_free(d->scratch);
     cl_free(d->sync_sums);
+    cl_free(d->paths);
     cl_free(d->fold);
     cl_free(d->labels);
     cl_free(d->targets);
@@ -2442,6 +2663,7 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
             d->lastc[x] = i;
         }
     }
+    TRY(choose_paths(d));
     lower(d);
     for (int i = 0; i < g->n_nodes; i++) {
         if (d->nd[i].bn < 0)

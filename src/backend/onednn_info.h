@@ -19,5 +19,15 @@ struct cl_backend;
  * "weight gradient matmul": which path the plan took, for tests and
  * benchmarks to check; -1 for another backend or one without a plan. */
 int cl_dnnl_plan_steps(const struct cl_backend *be, const char *what);
+/* How the plan computes each node's backward: one character per graph
+ * node, '0' + 1 if the weight gradient runs as a matmul + 2 if the
+ * backward data runs on the stride grid; NULL for another backend.  Owned
+ * by be; cl_backend_opts.conv_paths takes it back. */
+const char *cl_dnnl_conv_paths(const struct cl_backend *be);
+/* Plan-time measurement of an autotuned plan: conv backward passes with a
+ * second way measured, and of those the ones planned the other way; both
+ * 0 when the plan measured nothing. */
+void cl_dnnl_tune_counts(const struct cl_backend *be, int *measured,
+                         int *rewritten);
 
 #endif

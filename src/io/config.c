@@ -291,6 +291,9 @@ static const key keys[] = {
     K_ENUM(amp_level, v_amp, "O0",
            "O0: f32; O1: bf16 convolutions/matmuls; O2: bf16 except BN and "
            "loss"),
+    K_BOOL(autotune, "false",
+           "measure both ways of each conv backward at start-up and keep the "
+           "faster per shape (onednn; resume reuses the choice)"),
     K_ENUM(backend, v_backend, "onednn",
            "onednn (fast) or ref (plain C kernels, the oracle)"),
     K_INT(threads, 0, 4096, "0", "OpenMP threads per process (0: default)"),

@@ -117,6 +117,7 @@ typedef struct cl_config {
     int accumulation_steps;
     double grad_clip_norm; /* 0 off */
     int amp_level;
+    int autotune;
     int backend;
     int threads; /* 0: OpenMP's default */
     int seed;

@@ -55,6 +55,7 @@ typedef struct run {
     int n_ckpts;
     int in_c, side;
     int64_t steps_per_epoch;
+    char *conv_paths; /* the resumed run's choice (autotune), or NULL */
 } run;
 
 static void run_free(run *r)
@@ -66,6 +67,7 @@ static void run_free(run *r)
         free(r->ckpts[i]);
     free(r->ckpts);
     free(r->config_yaml);
+    cl_free(r->conv_paths);
     cl_free(r->acc);
     cl_metrics_free(&r->val);
     cl_optim_destroy(&r->opt);
@@ -321,6 +323,73 @@ static void state_path(const char *model_path, char *buf, size_t n)
         snprintf(buf, n, "%s.state", model_path);
 }
 
+/* Rank 0's choice of conv backward paths to every rank (chars as floats:
+ * the one broadcast the dist layer has), so that all ranks compute alike
+ * and a resume reproduces every rank's part. */
+static cl_status share_conv_paths(run *r, char **paths)
+{
+    const size_t n = (size_t)r->g.n_nodes;
+    float *f = cl_alloc(sizeof(float) * (n + 1), "conv paths");
+    if (!f)
+        return CL_ERR_NOMEM;
+    const char *mine = cl_backend_conv_paths(r->be);
+    for (size_t i = 0; i < n; i++)
+        f[i] = mine ? (float)mine[i] : 0.0f;
+    cl_status s = cl_dist_broadcast_f32(r->d, f, n, 0);
+    if (s == CL_OK && f[0] != 0.0f) {
+        if (!(*paths = cl_alloc_zero(n + 1, "conv paths")))
+            s = CL_ERR_NOMEM;
+        for (size_t i = 0; s == CL_OK && i < n; i++)
+            (*paths)[i] = (char)f[i];
+    }
+    cl_free(f);
+    return s;
+}
+
+/* The training plan: conv paths from the resumed state, else measured
+ * (autotune) on rank 0 and shared, else the backend's own thresholds. */
+static cl_status plan_training(run *r)
+{
+    const cl_config *cfg = r->cfg;
+    cl_backend_opts bo = {.threads = cfg->threads,
+                          .amp_level = cfg->amp_level,
+                          .autotune = cfg->autotune,
+                          .conv_paths = r->conv_paths};
+    const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref" : "onednn";
+    char *shared = NULL;
+    cl_status s = CL_OK;
+    double t0 = cl_time_now();
+    int plan_here = !r->d || r->root || !cfg->autotune || r->conv_paths;
+    if (plan_here)
+        s = cl_backend_create(&r->be, backend, &r->g, CL_PLAN_TRAIN, &bo);
+    if (r->d && cfg->autotune && !r->conv_paths) {
+        /* Every rank reaches the broadcast, rank 0 even after a failure. */
+        if (!cl_dist_all_ok(r->d, s == CL_OK))
+            return s != CL_OK ? s
+                              : cl_error(CL_ERR_DIST, "rank 0 could not "
+                                                      "plan the model");
+        CL_TRY(share_conv_paths(r, &shared));
+        if (!r->root) {
+            bo.conv_paths = shared;
+            s = cl_backend_create(&r->be, backend, &r->g, CL_PLAN_TRAIN, &bo);
+        }
+        cl_free(shared);
+    }
+    if (s != CL_OK)
+        return s;
+    int measured = 0, rewritten = 0;
+    cl_backend_tune_counts(r->be, &measured, &rewritten);
+    if (cfg->autotune && r->conv_paths)
+        cl_log(r->lg, CL_LOG_INFO,
+               "autotune: the conv backward paths of the resumed run");
+    else if (measured)
+        cl_log(r->lg, CL_LOG_INFO,
+               "autotune: measured two ways of %d conv backward passes in "
+               "%.1f s; %d run the other way than oneDNN's primitive",
+               measured, cl_time_now() - t0, rewritten);
+    return CL_OK;
+}
+
 /* Writes model + training state for resume at (epoch, next batch). */
 static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
                                  int64_t next_batch, int64_t step)
@@ -332,12 +401,12 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
     snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
     snprintf(st, sizeof st, "%lld", (long long)step);
     snprintf(seed, sizeof seed, "%d", r->cfg->seed);
-    cl_ckpt_kv meta[] = {{"epoch", ep},
-                         {"next_batch", nb},
-                         {"step", st},
-                         {"seed", seed},
-                         {"model_file", path}};
-    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta, 5);
+    const char *paths = cl_backend_conv_paths(r->be);
+    cl_ckpt_kv meta[] = {
+        {"epoch", ep},        {"next_batch", nb},
+        {"step", st},         {"seed", seed},
+        {"model_file", path}, {"conv_paths", paths ? paths : ""}};
+    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta, 6);
 }
 
 static void remove_checkpoint(const char *path)
@@ -403,6 +472,16 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
     if (*batch >= cl_loader_batches_per_epoch(r->train_ld)) {
         (*epoch)++;
         *batch = 0;
+    }
+    /* How the first part planned its conv backward passes, so that the
+     * rest computes what an uninterrupted run computes. */
+    size_t np = (size_t)r->g.n_nodes + 1;
+    if (!(r->conv_paths = cl_alloc_zero(np + 1, "resume: conv paths")))
+        return CL_ERR_NOMEM;
+    CL_TRY(cl_ckpt_read_meta(sp, "conv_paths", r->conv_paths, np + 1));
+    if (!r->conv_paths[0]) {
+        cl_free(r->conv_paths);
+        r->conv_paths = NULL;
     }
     cl_log(r->lg, CL_LOG_INFO,
            "resumed from %s: epoch %lld, batch %lld, step %lld", path,
@@ -695,10 +774,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     if (r.d && cfg->resume[0] && (s = broadcast_optim(&r)) != CL_OK)
         goto fail;
 
-    cl_backend_opts bo = {.threads = cfg->threads, .amp_level = cfg->amp_level};
-    const char *backend = cfg->backend == CL_CFG_BACKEND_REF ? "ref" : "onednn";
-    if ((s = cl_backend_create(&r.be, backend, &r.g, CL_PLAN_TRAIN, &bo)) !=
-        CL_OK)
+    if ((s = plan_training(&r)) != CL_OK)
         goto fail;
     if (r.d) {
         cl_dist_sync_opts so = cl_dist_sync_opts_default();
@@ -735,7 +811,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         (long long)cl_loader_samples_per_epoch(r.train_ld) * (d ? d->size : 1),
         r.in_c, r.side, r.side, r.g.num_classes, (long long)r.steps_per_epoch,
         cfg->epoch_size, global_batch, cfg->batch_size, d ? d->size : 1, accum,
-        r.lr.lr, backend, cfg->amp_level,
+        r.lr.lr, r.be->vt->name, cfg->amp_level,
         cfg->amp_level == 0   ? "f32"
         : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
                               : "bf16 activations, f32 master weights");
