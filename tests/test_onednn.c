@@ -241,6 +241,20 @@ static void check_buffers(pair *p, double tol)
     }
 }
 
+/* One training step on both sides of p: equal losses, gradients within
+ * gtol. */
+static void step_and_check(pair *p, double gtol)
+{
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(cl_backend_set_input(p->be[k], p->x, p->labels, NULL));
+        CHECK_OK(cl_backend_forward(p->be[k], 1, &loss[k]));
+        CHECK_OK(cl_backend_backward(p->be[k]));
+    }
+    CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
+    check_grads(p, gtol);
+}
+
 /* One training step on both; compares loss, logits, grads, stats; then an
  * eval forward. */
 static void run_parity_how(build_fn build, int batch, double ftol, double gtol,
@@ -533,14 +547,7 @@ CL_TEST(wgrad_matmul_small_outputs)
         CHECK(cl_dnnl_plan_steps(p.be[0], "weight gradient matmul") == -1);
         CHECK(cl_dnnl_plan_steps(p.be[1], "weight gradient: im2col") ==
               (direct ? 0 : 3));
-        float loss[2];
-        for (int k = 0; k < 2; k++) {
-            CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
-            CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
-            CHECK_OK(cl_backend_backward(p.be[k]));
-        }
-        CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
-        check_grads(&p, 2e-4);
+        step_and_check(&p, 2e-4);
         pair_free(&p);
     }
     if (bf16_refused_here())
@@ -592,14 +599,7 @@ static void dgrad_strided_case(int cl)
         CHECK(cl_dnnl_plan_steps(p.be[1], "backward data: unstride") ==
               (direct ? 0 : 2));
         CHECK(cl_dnnl_plan_steps(p.be[0], "backward data: unstride") == -1);
-        float loss[2];
-        for (int k = 0; k < 2; k++) {
-            CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
-            CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
-            CHECK_OK(cl_backend_backward(p.be[k]));
-        }
-        CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
-        check_grads(&p, 2e-4);
+        step_and_check(&p, 2e-4);
         pair_free(&p);
     }
     if (bf16_refused_here())
@@ -654,14 +654,7 @@ static void autotune_case(build_fn build, int expect_measured)
     CHECK(cl_dnnl_conv_paths(p.be[0]) == NULL);
     fprintf(stderr, "measured %d, planned the other way %d: paths %s\n",
             measured, rewritten, paths);
-    float loss[2];
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
-        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
-        CHECK_OK(cl_backend_backward(p.be[k]));
-    }
-    CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
-    check_grads(&p, 2e-4);
+    step_and_check(&p, 2e-4);
     check_buffers(&p, 1e-5);
     /* The same paths again: the same gradients, bit for bit. */
     cl_graph g2;
