@@ -112,7 +112,8 @@ typedef struct dn_node {
     float *w, *wb;     /* reordered weight copies, NULL for the plain arena */
     float *bias;       /* inference: folded bias (out_ch) */
     int mean, var, ws; /* stores */
-    cl_bn_layout lay;  /* BN: its input's layout */
+    cl_bn_layout lay;  /* BN, and a conv whose dx runs on the stride grid:
+                          its input's layout */
     double count;      /* BN: samples of the last training forward's
                           statistics (all ranks' with SyncBatchNorm) */
     int src;           /* conv / linear: the store the forward reads as
@@ -1617,8 +1618,10 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
     dnnl_dims_t one = {1, 1}, zero = {0, 0};
     int gs;
     const char *what = "convolution backward data on the stride grid";
+    const int tag = md_act_tag(dxmd);
+    md_act_layout(dxmd, &d->nd[i].lay); /* for unstride() */
     DN(dnnl_memory_desc_init_by_tag(&gmd, 4, gdims, dxmd->data_type,
-                                    act_layouts[md_act_tag(dxmd)].tag),
+                                    act_layouts[tag].tag),
        i, what);
     md_any(&sany, 4, gdims, conv_dt(d));
     md_any(&wany, 4, wplain->dims, conv_dt(d));
@@ -1645,15 +1648,14 @@ fail:
 }
 
 /* An STEP_UNSTRIDE step: args[0] dx on the stride grid, args[1] dx, both
- * of one type and one of act_layouts; each plane of channel blocks is
- * copied a whole block-pixel at a time, the pixels off the grid zeroed. */
+ * of one type and in the node's layout (one of act_layouts, found at plan
+ * time); each plane of channel blocks is copied a whole block-pixel at a
+ * time, the pixels off the grid zeroed. */
 static void unstride(dn_ctx *d, const dn_step *s)
 {
     const cl_conv2d_attr *a = &d->g->nodes[s->node].attr.conv2d;
     const dnnl_memory_desc_t *gm = &s->args[0].md, *fm = &s->args[1].md;
-    cl_bn_layout l;
-    if (!md_act_layout(fm, &l))
-        return; /* dgrad_unstrided planned it only for these */
+    const cl_bn_layout l = d->nd[s->node].lay;
     const int64_t NB = l.N * (l.sn / (l.HW * l.B));
     const int64_t H = fm->dims[2], W = fm->dims[3];
     const int64_t OH = gm->dims[2], OW = gm->dims[3];

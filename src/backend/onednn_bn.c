@@ -208,21 +208,24 @@ BN_INLINE void grp_consts(float *m, float *is, float *s, float *b,
         for (int g = 0; g < NG_; g++)                                          \
             body(bf, G);                                                       \
     } while (0)
-#define BN_FOR_GROUPS_BF(l, bf, body)                                          \
+/* LOOP(l, bf, G, body) instantiated for the element type and lane count of
+ * this call: LOOP is BN_FOR_GROUPS_G or BN_FOR_PLANES_G. */
+#define BN_DISPATCH_BF(l, bf, LOOP, body)                                      \
     do {                                                                       \
         switch (lanes(l)) {                                                    \
-        case 16: BN_FOR_GROUPS_G(l, bf, 16, body); break;                      \
-        case 8: BN_FOR_GROUPS_G(l, bf, 8, body); break;                        \
-        default: BN_FOR_GROUPS_G(l, bf, 1, body); break;                       \
+        case 16: LOOP(l, bf, 16, body); break;                                 \
+        case 8: LOOP(l, bf, 8, body); break;                                   \
+        default: LOOP(l, bf, 1, body); break;                                  \
         }                                                                      \
     } while (0)
-#define BN_FOR_GROUPS(l, bf16, body)                                           \
+#define BN_DISPATCH(l, bf16, LOOP, body)                                       \
     do {                                                                       \
         if (bf16)                                                              \
-            BN_FOR_GROUPS_BF(l, 1, body);                                      \
+            BN_DISPATCH_BF(l, 1, LOOP, body);                                  \
         else                                                                   \
-            BN_FOR_GROUPS_BF(l, 0, body);                                      \
+            BN_DISPATCH_BF(l, 0, LOOP, body);                                  \
     } while (0)
+#define BN_FOR_GROUPS(l, bf16, body) BN_DISPATCH(l, bf16, BN_FOR_GROUPS_G, body)
 /* clang-format on */
 
 BN_INLINE void grp_fwd_train(void *y, float *mean, float *var, const void *x,
@@ -311,22 +314,7 @@ void cl_dnnl_bn_forward_infer(void *y, const void *x, const float *gamma,
 {
 #define BODY(bf, G)                                                            \
     plane_infer(y, x, gamma, beta, mean, var, l, n, g, G, eps, relu, bf)
-    const int G = lanes(l);
-    if (bf16) {
-        if (G == 16)
-            BN_FOR_PLANES_G(l, 1, 16, BODY);
-        else if (G == 8)
-            BN_FOR_PLANES_G(l, 1, 8, BODY);
-        else
-            BN_FOR_PLANES_G(l, 1, 1, BODY);
-    } else {
-        if (G == 16)
-            BN_FOR_PLANES_G(l, 0, 16, BODY);
-        else if (G == 8)
-            BN_FOR_PLANES_G(l, 0, 8, BODY);
-        else
-            BN_FOR_PLANES_G(l, 0, 1, BODY);
-    }
+    BN_DISPATCH(l, bf16, BN_FOR_PLANES_G, BODY);
 #undef BODY
     zero_pad(y, l, bf16);
 }

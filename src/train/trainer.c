@@ -475,10 +475,12 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
     }
     /* How the first part planned its conv backward passes, so that the
      * rest computes what an uninterrupted run computes. */
-    size_t np = (size_t)r->g.n_nodes + 1;
-    if (!(r->conv_paths = cl_alloc_zero(np + 1, "resume: conv paths")))
+    /* One char per node, and room for one more: a longer value shows as
+     * too long and the backend refuses it. */
+    size_t cap = (size_t)r->g.n_nodes + 2;
+    if (!(r->conv_paths = cl_alloc_zero(cap, "resume: conv paths")))
         return CL_ERR_NOMEM;
-    CL_TRY(cl_ckpt_read_meta(sp, "conv_paths", r->conv_paths, np + 1));
+    CL_TRY(cl_ckpt_read_meta(sp, "conv_paths", r->conv_paths, cap));
     if (!r->conv_paths[0]) {
         cl_free(r->conv_paths);
         r->conv_paths = NULL;
