@@ -146,3 +146,68 @@ CL_TEST(cli_data_commands)
     CHECK(run_cli(args, buf, sizeof buf) != 0);
     CHECK(strstr(buf, "needs --out"));
 }
+
+/* root/<split>/{a,b}/ with n JPEGs. */
+static void write_split(const char *root, const char *split, int n)
+{
+    char p[1400];
+    mkdir(root, 0755);
+    snprintf(p, sizeof p, "%s/%s", root, split);
+    mkdir(p, 0755);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/%s/%c", root, split, 'a' + c);
+        mkdir(p, 0755);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s/%c/%d.jpg", root, split, 'a' + i % 2, i);
+        REQUIRE(fx_jpeg(p, 20, 24, 3, 90) == 0);
+    }
+}
+
+/* The data commands read a data_dir as training does: a root of splits
+ * gives its train/ (--usage val: its val/), and a root given where a
+ * split is wanted is named as such. */
+CL_TEST(cli_data_on_a_root_of_splits)
+{
+    static char buf[1 << 16];
+    char args[2048], root[1024];
+    snprintf(root, sizeof root, "%s", cl_test_path("splits"));
+    write_split(root, "train", 6);
+    write_split(root, "val", 4);
+    snprintf(args, sizeof args, "data info %s", root);
+    CHECK(run_cli(args, buf, sizeof buf) == 0);
+    CHECK(strstr(buf, "split     train of ") != NULL);
+    CHECK(strstr(buf, "samples   6") != NULL);
+    snprintf(args, sizeof args, "data info %s --usage val", root);
+    CHECK(run_cli(args, buf, sizeof buf) == 0);
+    CHECK(strstr(buf, "split     val of ") != NULL);
+    CHECK(strstr(buf, "samples   4") != NULL);
+    snprintf(args, sizeof args, "data stats %s --format imagefolder", root);
+    CHECK(run_cli(args, buf, sizeof buf) == 0);
+    CHECK(strstr(buf, "mean: [") != NULL);
+    snprintf(args, sizeof args, "data preview %s --out %s --n 4 --cell 16",
+             root, cl_test_path("splits.png"));
+    CHECK(run_cli(args, buf, sizeof buf) == 0);
+    snprintf(args, sizeof args, "data info %s --usage all", root);
+    CHECK(run_cli(args, buf, sizeof buf) != 0);
+    CHECK(strstr(buf, "holds splits") != NULL);
+    /* A split folder itself is read as before. */
+    snprintf(args, sizeof args, "data info %s/val", root);
+    CHECK(run_cli(args, buf, sizeof buf) == 0);
+    CHECK(strstr(buf, "samples   4") != NULL);
+    CHECK(strstr(buf, "split ") == NULL);
+    /* No val/ or test/: one sentence saying what to give. */
+    char lone[1024];
+    snprintf(lone, sizeof lone, "%s", cl_test_path("trainonly"));
+    write_split(lone, "train", 2);
+    snprintf(args, sizeof args, "data info %s --usage test", lone);
+    CHECK(run_cli(args, buf, sizeof buf) != 0);
+    CHECK(strstr(buf, "holds splits but no val/ or test/ folder") != NULL);
+    /* Opened as one ImageFolder, the root's error says what it is. */
+    cl_dataset_spec sp = cl_dataset_spec_default();
+    sp.format = "imagefolder";
+    sp.path = root;
+    cl_dataset *ds = NULL;
+    CHECK_ERR(cl_dataset_open(&ds, &sp), CL_ERR_FORMAT,
+              "looks like a root of splits");
+}

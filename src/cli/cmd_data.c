@@ -22,13 +22,16 @@ static void usage(FILE *f)
             "[options]\n"
             "\n"
             "PATH is a dataset: a folder of IDX files, a CIFAR folder or\n"
-            ".tar.gz, or an ImageFolder root (default: Debian's\n"
+            ".tar.gz, an ImageFolder (PATH/<class>/<image>) or a root of\n"
+            "its splits (PATH/train/<class>/...) (default: Debian's\n"
             "Fashion-MNIST in " CL_DATASET_FASHION_MNIST_DIR ").\n"
             "\n"
             "options:\n"
             "  --format F          fashion_mnist|mnist|idx|cifar10|cifar100|"
             "imagefolder\n"
-            "  --usage U           train|test|all (default train)\n"
+            "  --usage U           train|val|test|all (default train); an\n"
+            "                      ImageFolder root of splits gives its\n"
+            "                      train/ or val/ (test/) folder\n"
             "  --class-indexing F  imagefolder: file of `name index` lines\n"
             "  --on-bad-image P    fail|skip (default fail)\n"
             "  --limit N           stats: only N evenly spaced samples\n"
@@ -50,6 +53,9 @@ typedef struct data_args {
     long limit, show, n, cell, size, index;
     unsigned long long seed;
     int eval;
+    const char *root; /* PATH as given, when it is a root of splits */
+    const char *split_name;
+    char split[4096]; /* then the split's folder, which path points to */
 } data_args;
 
 static int parse_long(const char *opt, const char *v, long lo, long hi,
@@ -134,24 +140,37 @@ static int parse_args(int argc, char **argv, data_args *a)
     return 0;
 }
 
-static cl_status open_dataset(const data_args *a, cl_dataset **ds)
+/* Opens PATH as training reads a data_dir: an ImageFolder root of
+ * splits (root/train, root/val) gives the split --usage names. */
+static cl_status open_dataset(data_args *a, cl_dataset **ds)
 {
     cl_dataset_spec sp = cl_dataset_spec_default();
     sp.format = a->format;
-    sp.path = a->path;
     sp.class_indexing = a->class_indexing;
     if (a->usage) {
         if (strcmp(a->usage, "train") == 0)
             sp.usage = CL_USAGE_TRAIN;
-        else if (strcmp(a->usage, "test") == 0)
+        else if (strcmp(a->usage, "test") == 0 || strcmp(a->usage, "val") == 0)
             sp.usage = CL_USAGE_TEST;
         else if (strcmp(a->usage, "all") == 0)
             sp.usage = CL_USAGE_ALL;
         else
             return cl_error(CL_ERR_ARG,
-                            "--usage %s: expected train, test or all",
+                            "--usage %s: expected train, val, test or all",
                             a->usage);
     }
+    if (!a->format || strcmp(a->format, "imagefolder") == 0) {
+        const char *split = NULL;
+        CL_TRY(cl_imagefolder_split(a->path, sp.usage, a->split,
+                                    sizeof a->split, &split));
+        if (split) {
+            a->root = a->path;
+            a->split_name = split;
+            a->path = a->split;
+            sp.usage = CL_USAGE_ALL; /* the whole split folder */
+        }
+    }
+    sp.path = a->path;
     if (a->bad) {
         if (strcmp(a->bad, "skip") == 0)
             sp.on_bad_image = CL_BAD_IMAGE_SKIP;
@@ -171,6 +190,9 @@ static int run_info(const data_args *a, cl_dataset *ds)
     int h, w, c;
     cl_dataset_image_dims(ds, &h, &w, &c);
     printf("path      %s\n", a->path ? a->path : CL_DATASET_FASHION_MNIST_DIR);
+    if (a->root)
+        printf("split     %s of %s (--usage %s)\n", a->split_name, a->root,
+               a->usage ? a->usage : "train");
     printf("format    %s (usage %s)\n", cl_dataset_format(ds),
            a->usage ? a->usage : "train");
     printf("samples   %lld\n", (long long)n);

@@ -93,6 +93,13 @@ typedef struct cl_dataset cl_dataset;
 cl_status cl_dataset_open(cl_dataset **ds, const cl_dataset_spec *spec);
 void cl_dataset_close(cl_dataset *ds);
 
+/* An ImageFolder root of splits (root/train/<class>/..., root/val/... or
+ * root/test/...): *split is the split folder for usage (train; val,
+ * validation or test) and buf its path; *split is NULL when root is not
+ * such a root.  Usage all on a root of splits is an error naming them. */
+cl_status cl_imagefolder_split(const char *root, cl_data_usage usage, char *buf,
+                               size_t n, const char **split);
+
 int64_t cl_dataset_count(const cl_dataset *ds);
 int cl_dataset_num_classes(const cl_dataset *ds);
 /* Class name k (0 <= k < num_classes); never NULL. */

@@ -287,6 +287,61 @@ static cl_status list_images(const char *root, const char *cls, strlist *files,
     return s;
 }
 
+/* 1 if root/name is a folder holding sub-folders and no image: the
+ * root of splits (root/train/<class>/...) rather than a class folder. */
+static int is_split_folder(const char *root, const char *name)
+{
+    char dir[4096];
+    if (cl__path_join(dir, sizeof dir, root, name) != CL_OK ||
+        cl__path_kind(dir) != 1)
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int folders = 0, images = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (entry_is_dir(dir, e))
+            folders++;
+        else if (is_image_name(e->d_name))
+            images++;
+    }
+    closedir(d);
+    return folders > 0 && images == 0;
+}
+
+cl_status cl_imagefolder_split(const char *root, cl_data_usage usage, char *buf,
+                               size_t n, const char **split)
+{
+    static const char *const train[] = {"train", NULL};
+    static const char *const val[] = {"val", "validation", "test", NULL};
+    *split = NULL;
+    if (!root || cl__path_kind(root) != 1 ||
+        (!is_split_folder(root, "train") && !is_split_folder(root, "val") &&
+         !is_split_folder(root, "test")))
+        return CL_OK;
+    if (usage == CL_USAGE_ALL)
+        return cl_error(CL_ERR_ARG,
+                        "%s holds splits (train/, val/ or test/ with class "
+                        "folders inside): choose one (usage train or val), "
+                        "or give the split's folder",
+                        root);
+    const char *const *names = usage == CL_USAGE_TRAIN ? train : val;
+    for (int i = 0; names[i]; i++) {
+        if (!is_split_folder(root, names[i]))
+            continue;
+        CL_TRY(cl__path_join(buf, n, root, names[i]));
+        *split = names[i];
+        return CL_OK;
+    }
+    return cl_error(CL_ERR_FORMAT,
+                    "%s holds splits but no %s folder with class folders "
+                    "inside: give the split's folder itself",
+                    root, usage == CL_USAGE_TRAIN ? "train/" : "val/ or test/");
+}
+
 cl_status cl__imagefolder_open(cl_dataset *ds, const cl_dataset_spec *spec)
 {
     strlist folders = {0}, mapnames = {0}, files = {0};
@@ -400,10 +455,19 @@ cl_status cl__imagefolder_open(cl_dataset *ds, const cl_dataset_spec *spec)
         if (s != CL_OK)
             goto done;
         if (added == 0) {
-            s = cl_error(CL_ERR_FORMAT,
-                         "%s/%s: class folder has no images (.jpg, .jpeg, "
-                         ".png)",
-                         root, ds->class_names[k]);
+            if (is_split_folder(root, ds->class_names[k]))
+                s = cl_error(CL_ERR_FORMAT,
+                             "%s/%s: class folder has no images, only "
+                             "folders: %s looks like a root of splits; give "
+                             "the split's folder (%s/%s) or, in training, "
+                             "data_dir %s with train_split/val_split",
+                             root, ds->class_names[k], root, root,
+                             ds->class_names[k], root);
+            else
+                s = cl_error(CL_ERR_FORMAT,
+                             "%s/%s: class folder has no images (.jpg, "
+                             ".jpeg, .png)",
+                             root, ds->class_names[k]);
             goto done;
         }
         if (files.n > labcap) {
