@@ -57,3 +57,37 @@ CL_TEST(bench_conv_paths)
     CHECK(strstr(cl_test_out, "--convs 'gemm' is not rewrite or direct") !=
           NULL);
 }
+
+/* The MFU's peak is that of the instructions oneDNN computes with (f32
+ * FMA at O0, bf16 at O2), says so, and no figure exceeds it. */
+static void mfu_within_peak(const char *amp, const char *peak_kind)
+{
+    char args[512];
+    snprintf(args, sizeof args,
+             "bench --arch resnet18 --stem cifar --size 16 --batch 8 "
+             "--steps 2 --warmup 1 --mode both --threads 1 --amp %s",
+             amp);
+    REQUIRE(cl_test_classic(args) == 0);
+    const char *p = strstr(cl_test_out, "\npeak      ");
+    REQUIRE(p != NULL);
+    const char *eol = strchr(p + 1, '\n');
+    REQUIRE(eol != NULL);
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(eol - p - 1), p + 1);
+    CHECK(strstr(line, peak_kind) != NULL);
+    CHECK(strstr(line, "measured on 1 thread(s)") != NULL ||
+          strstr(line, "computed on 1 thread(s)") != NULL);
+    int modes = 0;
+    for (const char *m = cl_test_out; (m = strstr(m, " mfu=")) != NULL; m++) {
+        double v = atof(m + 5);
+        CHECK(v > 0 && v <= 100);
+        modes++;
+    }
+    CHECK(modes == 2);
+}
+
+CL_TEST(bench_mfu_against_the_isa_peak)
+{
+    mfu_within_peak("O0", "f32 FMA");
+    mfu_within_peak("O2", "bf16");
+}

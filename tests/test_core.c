@@ -1,9 +1,11 @@
 /* Core: status table, error detail, allocation limits, RNG streams, timer.
  * ctest-labels: unit */
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/cpu_peak.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -178,4 +180,28 @@ CL_TEST(log_levels)
     CHECK(strstr(line, "shown 5") != NULL);
     CHECK(fgets(line, sizeof line, f) == NULL);
     fclose(f);
+}
+
+/* The MFU peak follows oneDNN's instruction set and the precision; the
+ * loop measured on this CPU runs a plausible number of FLOP per cycle
+ * (8 to 256 for vector FMA and dot products on any x86-64 core). */
+CL_TEST(cpu_peak_kinds_and_rates)
+{
+    CHECK(cl_peak_kind_for("avx2", 0) == CL_PEAK_AVX2_F32);
+    CHECK(cl_peak_kind_for("avx2", 1) == CL_PEAK_AVX2_F32);
+    CHECK(cl_peak_kind_for("avx512_core", 0) == CL_PEAK_AVX512_F32);
+    CHECK(cl_peak_kind_for("avx512_core", 1) == CL_PEAK_AVX512_F32);
+    CHECK(cl_peak_kind_for("avx512_core_bf16", 0) == CL_PEAK_AVX512_F32);
+    CHECK(cl_peak_kind_for("avx512_core_bf16", 1) == CL_PEAK_AVX512_BF16);
+    CHECK(cl_peak_kind_for("avx512_core_amx", 0) == CL_PEAK_AVX512_F32);
+    CHECK(cl_peak_kind_for("avx512_core_amx", 1) == CL_PEAK_AMX_BF16);
+    cl_peak p;
+    REQUIRE_OK(cl_peak_measure(CL_PEAK_AVX2_F32, 1, &p));
+    CHECK(p.measured == 1 && p.threads == 1);
+    CHECK(p.clock_ghz > 0.3 && p.clock_ghz < 8);
+    CHECK(p.flop_per_cycle >= 8 && p.flop_per_cycle <= 256);
+    /* AMX is computed: 1024 FLOP per cycle at the measured clock. */
+    REQUIRE_OK(cl_peak_measure(CL_PEAK_AMX_BF16, 1, &p));
+    CHECK(p.measured == 0 && p.flop_per_cycle == 1024);
+    CHECK(fabs(p.gflops - 1024 * p.clock_ghz) < 1e-6 * p.gflops);
 }
