@@ -427,6 +427,73 @@ CL_TEST(resume_two_ranks_equal_uninterrupted)
     CHECK(weights_diff(ck, a, worst, sizeof worst) > 1);
 }
 
+/* A run checkpointed on 2 ranks goes on in 1 process, and the reverse,
+ * keeping the global batch (2 x 4 = 1 x 8, SyncBN): step 2 takes the
+ * samples it takes in an uninterrupted run (the loader deals sample k of
+ * the epoch's shuffled order to rank k % ranks), so the losses and weights
+ * match within the SyncBN tolerances above.  The two-rank output goes
+ * through mpirun's pseudo-terminal: it must hold plain lines, no
+ * redrawing escape codes. */
+static void resume_across_ranks(int np_first, int np_then)
+{
+    char args[2048], full[512], part[512], rest[512], ck[600];
+    const char *common = QUICK "--backend ref --sync_bn true --shuffle true "
+                               "--limit_train 16 --epoch_size 1 ";
+    int b_first = 8 / np_first, b_then = 8 / np_then;
+    snprintf(full, sizeof full, "%s",
+             cl_test_path(np_first == 2 ? "x_full2" : "x_full1"));
+    snprintf(part, sizeof part, "%s",
+             cl_test_path(np_first == 2 ? "x_part2" : "x_part1"));
+    snprintf(rest, sizeof rest, "%s",
+             cl_test_path(np_first == 2 ? "x_rest1" : "x_rest2"));
+    snprintf(args, sizeof args, "train %s--batch_size %d --ckpt_save_dir %s",
+             common, b_then, full);
+    REQUIRE(classic_ok(np_then, args));
+    CHECK(strstr(cl_test_out, "\033[K") == NULL);
+    snprintf(args, sizeof args,
+             "train %s--batch_size %d --ckpt_save_interval 1 "
+             "--keep_checkpoint_max 0 --ckpt_save_dir %s",
+             common, b_first, part);
+    REQUIRE(classic_ok(np_first, args));
+    CHECK(strstr(cl_test_out, "\033[K") == NULL);
+    snprintf(ck, sizeof ck, "%s/resnet18-e1-s1.safetensors", part);
+    snprintf(args, sizeof args,
+             "train %s--batch_size %d --ckpt_save_dir %s --resume %s", common,
+             b_then, rest, ck);
+    REQUIRE(classic_ok(np_then, args));
+    CHECK(strstr(cl_test_out, "carried over in steps") != NULL);
+    CHECK(strstr(cl_test_out, "\033[K") == NULL);
+    double la[8], lb[8];
+    int64_t sa[8], sb[8];
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/metrics.jsonl", full);
+    snprintf(pb, sizeof pb, "%s/metrics.jsonl", rest);
+    REQUIRE(cl_test_read_losses(pa, la, sa, 8) == 2);
+    REQUIRE(cl_test_read_losses(pb, lb, sb, 8) == 1);
+    CHECK(sb[0] == 2);
+    double e = fabs(la[1] - lb[0]) / fabs(la[1]);
+    fprintf(stderr, "  step 2: loss %.7f vs %.7f (rel %.3g)\n", la[1], lb[0],
+            e);
+    CHECK(e < LOSS_TOL);
+    char worst[256] = "";
+    snprintf(pa, sizeof pa, "%s/resnet18-last.safetensors", full);
+    snprintf(pb, sizeof pb, "%s/resnet18-last.safetensors", rest);
+    double w = weights_diff(pa, pb, worst, sizeof worst);
+    fprintf(stderr, "  weights at %.3g of the allclose tolerance (%s)\n", w,
+            worst);
+    CHECK(w >= 0 && w <= 1);
+}
+
+CL_TEST(resume_two_ranks_on_one_process)
+{
+    resume_across_ranks(2, 1);
+}
+
+CL_TEST(resume_one_process_on_two_ranks)
+{
+    resume_across_ranks(1, 2);
+}
+
 /* ---- the averaged gradient, library level ---------------------------- */
 
 enum { HALF = 4, SIDE = 32, NCLS = 10 };

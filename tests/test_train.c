@@ -3,8 +3,10 @@
  * fine-tuning with a new head, predict, config and NaN errors; and the
  * checkpoint module directly.
  * ctest-labels: train slow */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/data.h"
@@ -13,6 +15,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
+#include "test_data_fixtures.h"
 #include "train/evaluate.h"
 
 /* A small, fast configuration: resnet18 with the ImageNet stem at 32x32
@@ -481,4 +484,175 @@ CL_TEST(checkpoint_round_trip_and_mismatch)
     CHECK(strstr(cl_last_error(), "rt.safetensors") != NULL);
     cl_graph_free(&a);
     cl_graph_free(&b);
+}
+
+/* ---- rough edges found in use ---------------------------------------- */
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* Writes n small JPEGs into root/<split>/{a,b}/. */
+static void write_split(const char *root, const char *split, int n)
+{
+    char p[1400];
+    mkdir(root, 0755);
+    snprintf(p, sizeof p, "%s/%s", root, split);
+    mkdir(p, 0755);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/%s/%c", root, split, 'a' + c);
+        mkdir(p, 0755);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s/%c/%d.jpg", root, split, 'a' + i % 2, i);
+        REQUIRE(fx_jpeg(p, 20 + i % 3, 24, 3, 90) == 0);
+    }
+}
+
+CL_TEST(val_split_empty_means_no_validation)
+{
+    /* Fashion-MNIST: no evaluation although val_interval is 1. */
+    char args[2048], p[1200];
+    snprintf(args, sizeof args,
+             "train " QUICK "--limit_train 32 --batch_size 16 --epoch_size 1 "
+             "--val_interval 1 --val_split \"\" --per_print_times 1 "
+             "--ckpt_save_dir %s",
+             cl_test_path("noval"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "no validation (val_split \"\")") != NULL);
+    CHECK(strstr(cl_test_out, "eval: top-1") == NULL);
+    snprintf(p, sizeof p, "%s/metrics.jsonl", cl_test_path("noval"));
+    const char *m = cl_test_slurp(p);
+    REQUIRE(m != NULL);
+    CHECK(count_of(m, "\"kind\":\"train\"") == 2);
+    CHECK(count_of(m, "\"kind\":\"eval\"") == 0);
+    /* An ImageFolder root of splits: the root is not read as a split. */
+    const char *root = cl_test_path("splits");
+    write_split(root, "train", 8);
+    write_split(root, "val", 4);
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s --model resnet18 "
+             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split \"\" "
+             "--num_parallel_workers 0 --ckpt_save_dir %s",
+             root, cl_test_path("noval_folder"));
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "no validation") != NULL);
+    /* And `classic eval` on that run asks which split to read. */
+    snprintf(args, sizeof args, "eval --checkpoint %s",
+             cl_test_path("noval_folder/resnet18-last.safetensors"));
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "val_split is \"\", which names no split") !=
+          NULL);
+    snprintf(args, sizeof args, "eval --checkpoint %s --split val",
+             cl_test_path("noval_folder/resnet18-last.safetensors"));
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "4 samples") != NULL ||
+          strstr(cl_test_out, "(4 ") != NULL);
+}
+
+/* The lr of every train record of a metrics file, in order. */
+static int read_lrs(const char *path, double *lr, int max)
+{
+    int64_t step[64];
+    return cl_test_read_metric(path, "train", "lr", lr, step, max);
+}
+
+CL_TEST(resume_with_another_batch_size)
+{
+    /* 2 epochs x 4 steps of 16, a checkpoint at step 3, as resume_case. */
+    char args[4096], common[1024];
+    snprintf(common, sizeof common,
+             "train " QUICK "--limit_train 64 --epoch_size 2 --lr 0.05 "
+             "--warmup_epochs 1 --val_interval 0 --ckpt_save_epochs 0 "
+             "--per_print_times 1 --ckpt_save_interval 3 "
+             "--keep_checkpoint_max 0");
+    snprintf(args, sizeof args, "%s --batch_size 16 --ckpt_save_dir %s", common,
+             cl_test_path("b16"));
+    REQUIRE(cl_test_classic(args) == 0);
+    const char *ck = cl_test_path("b16/resnet18-e1-s3.safetensors");
+    char ckp[512];
+    REQUIRE(snprintf(ckp, sizeof ckp, "%s", ck) < (int)sizeof ckp);
+    /* Another global batch: refused, saying what keeps it. */
+    snprintf(args, sizeof args,
+             "%s --batch_size 32 --ckpt_save_dir %s --resume %s", common,
+             cl_test_path("b32"), ckp);
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "global batch of 16 (batch_size 16 x 1 "
+                              "process(es) x 1 accumulation_steps) and this "
+                              "run's is 32") != NULL);
+    CHECK(strstr(cl_test_out, "pass --batch_size 16 --accumulation_steps 1") !=
+          NULL);
+    snprintf(args, sizeof args,
+             "%s --batch_size 4 --ckpt_save_dir %s --resume %s", common,
+             cl_test_path("b4"), ckp);
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "--accumulation_steps 4") != NULL);
+    /* The same global batch split otherwise (8 x 2 accumulation): the
+     * run goes on at step 4 of 8 on the same schedule. */
+    snprintf(args, sizeof args,
+             "%s --batch_size 8 --accumulation_steps 2 --ckpt_save_dir %s "
+             "--resume %s",
+             common, cl_test_path("b8x2"), ckp);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "carried over in steps") != NULL);
+    CHECK(strstr(cl_test_out, "m-") == NULL); /* no negative ETA */
+    double la[16], lb[16], ra[16], rb[16];
+    int64_t sa[16], sb[16];
+    int na = cl_test_read_losses(cl_test_path("b16/metrics.jsonl"), la, sa, 16);
+    int nb =
+        cl_test_read_losses(cl_test_path("b8x2/metrics.jsonl"), lb, sb, 16);
+    REQUIRE(na == 8);
+    REQUIRE(nb == 5);
+    REQUIRE(read_lrs(cl_test_path("b16/metrics.jsonl"), ra, 16) == 8);
+    REQUIRE(read_lrs(cl_test_path("b8x2/metrics.jsonl"), rb, 16) == 5);
+    for (int i = 0; i < nb; i++) {
+        CHECK(sb[i] == sa[i + 3]);
+        CHECK(rb[i] == ra[i + 3]);
+        CHECK(isfinite(lb[i]));
+    }
+}
+
+/* The step line is redrawn in place only on a terminal: --progress bar
+ * forces it, plain never; and auto under an MPI launcher writes lines
+ * even to a terminal (tests/test_dist_train.c runs the real mpirun). */
+CL_TEST(progress_bar_or_plain)
+{
+    char args[2048];
+    const char *common =
+        "train " QUICK "--limit_train 32 --batch_size 16 --epoch_size 1 "
+        "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 1 ";
+    snprintf(args, sizeof args, "%s--progress bar --ckpt_save_dir %s", common,
+             cl_test_path("bar"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "\r\033[K") != NULL);
+    snprintf(args, sizeof args, "%s--progress plain --ckpt_save_dir %s", common,
+             cl_test_path("plain"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "\033[K") == NULL);
+    CHECK(strstr(cl_test_out, "step 2/2") != NULL);
+    /* auto on a pseudo-terminal (script(1)): the bar, unless a launcher's
+     * variables say the terminal is the launcher's. */
+    char cmd[4096];
+    const char *log = cl_test_path("pty.txt");
+    snprintf(cmd, sizeof cmd,
+             "script -qec '%s %s--dist none --ckpt_save_dir %s' %s "
+             ">/dev/null 2>&1",
+             cl_test_classic_bin(), common, cl_test_path("pty"), log);
+    REQUIRE(cl_test_run(cmd) == 0);
+    const char *t = cl_test_slurp(log);
+    REQUIRE(t != NULL);
+    CHECK(strstr(t, "\033[K") != NULL);
+    snprintf(cmd, sizeof cmd,
+             "OMPI_COMM_WORLD_SIZE=1 script -qec '%s %s--dist none "
+             "--ckpt_save_dir %s' %s >/dev/null 2>&1",
+             cl_test_classic_bin(), common, cl_test_path("pty_mpi"), log);
+    REQUIRE(cl_test_run(cmd) == 0);
+    t = cl_test_slurp(log);
+    REQUIRE(t != NULL);
+    CHECK(strstr(t, "step 2/2") != NULL);
+    CHECK(strstr(t, "\033[K") == NULL);
 }

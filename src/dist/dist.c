@@ -17,7 +17,7 @@
 /* Requests posted at once by a chunked collective. */
 enum { CL_DIST_BATCH = 16 };
 
-static int launched_by_mpirun(void)
+int cl_dist_launched(void)
 {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
            getenv("PMIX_RANK");
@@ -96,7 +96,7 @@ cl_status cl_dist_init(cl_dist *d, int *argc, char ***argv)
     set_single(d);
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited && !launched_by_mpirun())
+    if (!inited && !cl_dist_launched())
         return CL_OK;
     int rc, provided = -1;
     if (!inited) {
@@ -258,7 +258,7 @@ cl_status cl_dist_barrier(cl_dist *d)
 cl_status cl_dist_init(cl_dist *d, int *argc, char ***argv)
 {
     set_single(d);
-    if (launched_by_mpirun())
+    if (cl_dist_launched())
         return cl_error(CL_ERR_UNSUPPORTED,
                         "MPI: launched by mpirun but classic was built "
                         "without MPI (install an MPI and rebuild)");

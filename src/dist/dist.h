@@ -106,6 +106,10 @@ typedef struct cl_dist_sync_opts {
 /* {CL_DIST_SYNC_OVERLAP, 25}. */
 cl_dist_sync_opts cl_dist_sync_opts_default(void);
 
+/* 1 when an MPI launcher (mpirun, PMI/PMIx) started this process: its
+ * output then goes through the launcher, even when that is a terminal. */
+int cl_dist_launched(void);
+
 typedef struct cl_dist_grad_sync cl_dist_grad_sync;
 
 /* Plans buckets over the grad arena grads[0..n_floats).  segs lists every

@@ -61,6 +61,7 @@ static const char *const v_bad[] = {"fail", "skip", NULL};
 static const char *const v_dist[] = {"auto", "none", "mpi", NULL};
 static const char *const v_grad_sync[] = {"overlap", "blocking", NULL};
 static const char *const v_log[] = {"error", "warn", "info", "debug", NULL};
+static const char *const v_progress[] = {"auto", "bar", "plain", NULL};
 
 /* Other spellings of enum values (mindcv's), as {key, spelling, value}. */
 static const char *const value_aliases[][3] = {
@@ -326,6 +327,10 @@ static const key keys[] = {
      .def = "100",
      .alias = "log_interval",
      .help = "log loss and speed every N steps"},
+    K_ENUM(progress, v_progress, "auto",
+           "the step line: bar (redrawn in place), plain (one line per "
+           "print) or auto (bar on a terminal, plain in files, pipes and "
+           "under mpirun)"),
     K_ENUM(log_level, v_log, "info", "error, warn, info or debug"),
 };
 

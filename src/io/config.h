@@ -42,6 +42,7 @@ enum { CL_CFG_LR_SCALE_NONE, CL_CFG_LR_SCALE_LINEAR };
 enum { CL_CFG_BAD_IMAGE_FAIL, CL_CFG_BAD_IMAGE_SKIP };
 enum { CL_CFG_DIST_AUTO, CL_CFG_DIST_NONE, CL_CFG_DIST_MPI };
 enum { CL_CFG_GRAD_SYNC_OVERLAP, CL_CFG_GRAD_SYNC_BLOCKING };
+enum { CL_CFG_PROGRESS_AUTO, CL_CFG_PROGRESS_BAR, CL_CFG_PROGRESS_PLAIN };
 /* log_level holds a cl_log_level (core/log.h): error, warn, info, debug. */
 
 /* Booleans are ints (0/1); enums are ints as above; lists carry a count.
@@ -131,6 +132,7 @@ typedef struct cl_config {
     int keep_checkpoint_max;
     int val_interval;    /* epochs; 0 never */
     int per_print_times; /* steps */
+    int progress;        /* CL_CFG_PROGRESS_* */
     int log_level;
 } cl_config;
 

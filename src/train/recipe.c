@@ -34,7 +34,15 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
     spec->num_classes = cfg->num_classes;
     const char *split =
         usage == CL_USAGE_TRAIN ? cfg->train_split : cfg->val_split;
-    if (cfg->dataset != CL_CFG_DATASET_IMAGEFOLDER && split[0]) {
+    const char *key = usage == CL_USAGE_TRAIN ? "train_split" : "val_split";
+    if (!split[0])
+        return cl_error(CL_ERR_CONFIG, "%s is \"\", which names no split%s",
+                        key,
+                        usage == CL_USAGE_TRAIN
+                            ? ""
+                            : " (the run had no validation): name the one "
+                              "to read (--split, or val_split in the config)");
+    if (cfg->dataset != CL_CFG_DATASET_IMAGEFOLDER) {
         /* Built-in formats name their splits train / test / all. */
         if (strcmp(split, "train") == 0)
             spec->usage = CL_USAGE_TRAIN;
@@ -46,9 +54,7 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
             return cl_error(CL_ERR_CONFIG,
                             "%s '%s': dataset %s has the splits train, "
                             "test and all",
-                            usage == CL_USAGE_TRAIN ? "train_split"
-                                                    : "val_split",
-                            split, spec->format);
+                            key, split, spec->format);
     }
     if (cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER) {
         if (!cfg->data_dir[0])

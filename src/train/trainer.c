@@ -143,6 +143,10 @@ static cl_status open_data(run *r)
     CL_TRY(cl_loader_create(&r->train_ld, &lo));
     if (c->val_interval <= 0)
         return CL_OK;
+    if (!c->val_split[0]) {
+        cl_log(r->lg, CL_LOG_INFO, "no validation (val_split \"\")");
+        return CL_OK;
+    }
     CL_TRY(cl_recipe_dataset(c, CL_USAGE_TEST, dir[1], sizeof dir[1], &spec));
     CL_TRY(cl_dataset_open(&r->val_ds, &spec));
     if (cl_dataset_num_classes(r->val_ds) !=
@@ -323,6 +327,17 @@ static void state_path(const char *model_path, char *buf, size_t n)
         snprintf(buf, n, "%s.state", model_path);
 }
 
+static int accum_of(const cl_config *c)
+{
+    return c->accumulation_steps > 0 ? c->accumulation_steps : 1;
+}
+
+/* Samples per optimizer step over all ranks. */
+static int global_batch(const run *r)
+{
+    return r->cfg->batch_size * (r->d ? r->d->size : 1) * accum_of(r->cfg);
+}
+
 /* Rank 0's choice of conv backward paths to every rank (chars as floats:
  * the one broadcast the dist layer has), so that all ranks compute alike
  * and a resume reproduces every rank's part. */
@@ -394,19 +409,26 @@ static cl_status plan_training(run *r)
 static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
                                  int64_t next_batch, int64_t step)
 {
-    char sp[1024], ep[32], nb[32], st[32], seed[32];
+    char sp[1024], ep[32], nb[32], st[32], seed[32], gb[64], spe[32];
     CL_TRY(save_model(r, path, epoch, step));
     state_path(path, sp, sizeof sp);
     snprintf(ep, sizeof ep, "%lld", (long long)epoch);
     snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
     snprintf(st, sizeof st, "%lld", (long long)step);
     snprintf(seed, sizeof seed, "%d", r->cfg->seed);
+    /* The global batch as "total batch_size ranks accumulation_steps":
+     * positions and the schedule count its steps. */
+    snprintf(gb, sizeof gb, "%d %d %d %d", global_batch(r), r->cfg->batch_size,
+             r->d ? r->d->size : 1, accum_of(r->cfg));
+    snprintf(spe, sizeof spe, "%lld", (long long)r->steps_per_epoch);
     const char *paths = cl_backend_conv_paths(r->be);
     cl_ckpt_kv meta[] = {
         {"epoch", ep},        {"next_batch", nb},
         {"step", st},         {"seed", seed},
-        {"model_file", path}, {"conv_paths", paths ? paths : ""}};
-    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta, 6);
+        {"model_file", path}, {"conv_paths", paths ? paths : ""},
+        {"global_batch", gb}, {"steps_per_epoch", spe}};
+    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta,
+                              (int)(sizeof meta / sizeof meta[0]));
 }
 
 static void remove_checkpoint(const char *path)
@@ -436,6 +458,63 @@ static cl_status rotate(run *r, const char *path)
                 (size_t)(r->n_ckpts - 1) * sizeof *r->ckpts);
         r->n_ckpts--;
     }
+    return CL_OK;
+}
+
+/* The resumed position in this run's loader batches.  The step count, the
+ * schedule and the position in the epoch are in steps of the global batch,
+ * so that is what must stay; how it is split over ranks, batch_size and
+ * accumulation_steps may change (a step takes the same samples of the
+ * epoch's order either way: the loader deals sample k to rank k % ranks).
+ * gb is the state's "global batch_size ranks accumulation", "" in files
+ * written before it was recorded. */
+static cl_status resume_position(run *r, const char *path, const char *gb,
+                                 int64_t *batch)
+{
+    int g0 = 0, b0 = 0, n0 = 0, a0 = 0;
+    if (!gb[0])
+        return CL_OK;
+    if (sscanf(gb, "%d %d %d %d", &g0, &b0, &n0, &a0) != 4 || g0 <= 0 ||
+        a0 <= 0)
+        return cl_error(CL_ERR_FORMAT,
+                        "resume: %s: global_batch '%s' in its training "
+                        "state is not 'total batch_size processes "
+                        "accumulation_steps'",
+                        path, gb);
+    const int g = global_batch(r), n = r->d ? r->d->size : 1;
+    const int b = r->cfg->batch_size, a = accum_of(r->cfg);
+    if (g0 != g) {
+        char advice[256];
+        if (g0 % n != 0)
+            snprintf(advice, sizeof advice,
+                     "it cannot be split over %d process(es): run on a "
+                     "number of processes that divides %d",
+                     n, g0);
+        else if ((g0 / n) % b == 0)
+            snprintf(advice, sizeof advice,
+                     "to keep it with batch_size %d, pass "
+                     "--accumulation_steps %d",
+                     b, g0 / n / b);
+        else
+            snprintf(advice, sizeof advice,
+                     "pass --batch_size %d --accumulation_steps 1", g0 / n);
+        return cl_error(CL_ERR_CONFIG,
+                        "resume: %s was trained with a global batch of %d "
+                        "(batch_size %d x %d process(es) x %d "
+                        "accumulation_steps) and this run's is %d (%d x %d "
+                        "x %d); steps, the schedule and the position in the "
+                        "epoch count global batches, so it must stay %d: "
+                        "%s; or start a new run from these weights with "
+                        "--pretrained",
+                        path, g0, b0, n0, a0, g, b, n, a, g0, advice);
+    }
+    if (a0 != a || b0 != b || n0 != n)
+        cl_log(r->lg, CL_LOG_INFO,
+               "resume: the global batch of %d was %d x %d process(es) x %d "
+               "accumulation and is %d x %d x %d now; the position is "
+               "carried over in steps",
+               g, b0, n0, a0, b, n, a);
+    *batch = *batch / a0 * a;
     return CL_OK;
 }
 
@@ -469,7 +548,16 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
                         "%s from step %lld (a write was interrupted); resume "
                         "from an earlier checkpoint",
                         path, mstep, sp, (long long)*step);
-    if (*batch >= cl_loader_batches_per_epoch(r->train_ld)) {
+    CL_TRY(cl_ckpt_read_meta(sp, "global_batch", buf, sizeof buf));
+    CL_TRY(resume_position(r, path, buf, batch));
+    CL_TRY(cl_ckpt_read_meta(sp, "steps_per_epoch", buf, sizeof buf));
+    if (buf[0] && strtoll(buf, NULL, 10) != r->steps_per_epoch)
+        cl_log(r->lg, CL_LOG_WARN,
+               "resume: an epoch had %s steps and has %lld here (each "
+               "process drops its own remainder); the schedule follows "
+               "this run's",
+               buf, (long long)r->steps_per_epoch);
+    if (*batch >= r->steps_per_epoch * accum_of(r->cfg)) {
         (*epoch)++;
         *batch = 0;
     }
@@ -654,6 +742,18 @@ static void fmt_duration(double s, char *buf, size_t n)
 
 /* ---- the loop -------------------------------------------------------- */
 
+/* Whether the step line is redrawn in place: only on a terminal a person
+ * watches.  Under mpirun the launcher forwards output through a pseudo-
+ * terminal into whatever captures it, so auto prints plain lines there. */
+static int progress_bar(const cl_config *c)
+{
+    if (c->progress != CL_CFG_PROGRESS_AUTO)
+        return c->progress == CL_CFG_PROGRESS_BAR;
+    const char *term = getenv("TERM");
+    return isatty(STDOUT_FILENO) && !cl_dist_launched() &&
+           !(term && strcmp(term, "dumb") == 0);
+}
+
 /* report.html in the run directory; a failure to write it is a warning,
  * never a failed run. */
 static void write_report(run *r, int eval)
@@ -800,8 +900,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     const int accum = cfg->accumulation_steps > 0 ? cfg->accumulation_steps : 1;
     const int64_t batches = cl_loader_batches_per_epoch(r.train_ld);
     const int64_t total = r.steps_per_epoch * cfg->epoch_size;
-    const int global_batch = cfg->batch_size * (d ? d->size : 1) * accum;
-    const int tty = r.root && isatty(STDOUT_FILENO);
+    const int tty = r.root && progress_bar(cfg);
     cl_log(
         lg, CL_LOG_INFO,
         "training resnet%d (%s stem, %lld parameters) on %s: %lld "
@@ -812,8 +911,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
         (long long)cl_loader_samples_per_epoch(r.train_ld) * (d ? d->size : 1),
         r.in_c, r.side, r.side, r.g.num_classes, (long long)r.steps_per_epoch,
-        cfg->epoch_size, global_batch, cfg->batch_size, d ? d->size : 1, accum,
-        r.lr.lr, r.be->vt->name, cfg->amp_level,
+        cfg->epoch_size, global_batch(&r), cfg->batch_size, d ? d->size : 1,
+        accum, r.lr.lr, r.be->vt->name, cfg->amp_level,
         cfg->amp_level == 0   ? "f32"
         : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
                               : "bf16 activations, f32 master weights");
@@ -918,7 +1017,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 }
                 int64_t nsteps = (imgs - imgs_mark) / (cfg->batch_size * accum);
                 double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
-                double left = ms * (double)(total - step) / 1000;
+                double left =
+                    step < total ? ms * (double)(total - step) / 1000 : 0;
                 char eta[32];
                 fmt_duration(left, eta, sizeof eta);
                 if (r.root) {
