@@ -1,5 +1,5 @@
 /* Test runner: `test_x` runs every test of the file and prints
- * "N passed, N failed"; `test_x NAME` runs one (as ctest does);
+ * "N passed, N failed, N skipped"; `test_x NAME` runs one (as ctest does);
  * `test_x --list` lists them. */
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +22,7 @@ static struct {
 } tests[MAX_TESTS];
 static int n_tests;
 static int failed_now;
+static char skipped_now[512]; /* the reason, when the test skipped */
 static char tmpdir[256];
 
 void cl_test_register(const char *name, cl_test_fn fn)
@@ -269,11 +270,27 @@ int cl_test_read_losses(const char *path, double *loss, int64_t *step, int max)
     return cl_test_read_metric(path, "train", "loss", loss, step, max);
 }
 
+void cl_test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(skipped_now, sizeof skipped_now, fmt, ap);
+    va_end(ap);
+    if (!skipped_now[0])
+        snprintf(skipped_now, sizeof skipped_now, "(no reason given)");
+}
+
+/* 1 passed, 0 failed, 2 skipped (a failed check before the skip counts). */
 static int run_one(int i)
 {
     failed_now = 0;
+    skipped_now[0] = '\0';
     cl_clear_error();
     tests[i].fn();
+    if (skipped_now[0] && !failed_now) {
+        fprintf(stderr, "SKIP %s: %s\n", tests[i].name, skipped_now);
+        return 2;
+    }
     fprintf(stderr, "%s %s\n", failed_now ? "FAIL" : "ok  ", tests[i].name);
     return !failed_now;
 }
@@ -285,20 +302,21 @@ int main(int argc, char **argv)
             printf("%s\n", tests[i].name);
         return 0;
     }
-    int passed = 0, failed = 0, matched = 0;
+    int passed = 0, failed = 0, skipped = 0, matched = 0;
     for (int i = 0; i < n_tests; i++) {
         if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
             continue;
         matched++;
-        if (run_one(i))
-            passed++;
-        else
-            failed++;
+        int r = run_one(i);
+        passed += r == 1;
+        failed += r == 0;
+        skipped += r == 2;
     }
     if (argc > 1 && matched == 0) {
         fprintf(stderr, "no test named %s\n", argv[1]);
         return 2;
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    /* 77: ctest's SKIP_RETURN_CODE, when nothing ran but skipped. */
+    return failed ? 1 : skipped && !passed ? 77 : 0;
 }

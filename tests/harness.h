@@ -12,6 +12,10 @@
 typedef void (*cl_test_fn)(void);
 void cl_test_register(const char *name, cl_test_fn fn);
 void cl_test_fail(const char *file, int line, const char *fmt, ...);
+/* Marks the running test skipped, with the reason (one sentence saying
+ * what this machine lacks); the caller returns.  ctest reports it as
+ * skipped, never as passed. */
+void cl_test_skip(const char *fmt, ...);
 /* Non-zero once the running test has failed a check. */
 int cl_test_failed(void);
 
