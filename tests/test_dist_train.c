@@ -32,6 +32,7 @@
 #include "dist/dist.h"
 #include "graph/graph.h"
 #include "harness.h"
+#include "train_compare.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
 
@@ -53,15 +54,17 @@ static int under_mpirun(void)
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
 }
 
-/* Runs `classic <args>`, 1 process (np 1) or under mpirun (np 2), output
+/* Runs `classic <args>`, 1 process (np 1) or under mpirun (np ranks), output
  * in cl_test_out; returns the exit status, the wall time in *secs. */
 static int classic(int np, const char *args, double *secs)
 {
-    char cmd[4096];
+    char cmd[4096], ranks[64] = "";
     const char *log = cl_test_path("classic.out");
+    if (np > 1)
+        snprintf(ranks, sizeof ranks, "-x OMP_NUM_THREADS=1 -np %d ", np);
     snprintf(cmd, sizeof cmd, "%stimeout 90 %s%s%s %s >%s 2>&1",
              np > 1 ? "" : "OMP_NUM_THREADS=1 ", np > 1 ? cl_test_mpirun() : "",
-             np > 1 ? RANKS2 : "", cl_test_classic_bin(), args, log);
+             ranks, cl_test_classic_bin(), args, log);
     double t0 = cl_time_now();
     int rc = cl_test_run(cmd);
     if (secs)
@@ -77,97 +80,6 @@ static int classic_ok(int np, const char *args)
         fprintf(stderr, "classic (np %d) %s -> %d:\n%s\n", np, args, rc,
                 cl_test_out);
     return rc == 0;
-}
-
-/* How far two checkpoints are from numpy's allclose(a, b, rtol, atol)
- * over every f32 tensor (params and BN running statistics): the largest
- * |a - b| / (atol + rtol |a|), so <= 1 passes.  An absolute part is
- * needed because biases start at 0: after a few steps they are ~1e-3 and
- * one rounding step of their update is most of their relative error.  -1
- * if the files do not hold the same tensors. */
-#define RTOL 1e-5
-#define ATOL 1e-6
-static double weights_diff(const char *a, const char *b, char *worst, size_t wn)
-{
-    cl_st_file *fa = NULL, *fb = NULL;
-    double out = -1;
-    float *va = NULL, *vb = NULL;
-    if (cl_st_open(&fa, a) != CL_OK || cl_st_open(&fb, b) != CL_OK ||
-        cl_st_count(fa) != cl_st_count(fb) || cl_st_count(fa) == 0)
-        goto done;
-    out = 0;
-    int n_f32 = 0;
-    for (size_t i = 0; i < cl_st_count(fa); i++) {
-        cl_st_dtype ta, tb;
-        cl_shape sa, sb;
-        cl_st_info(fa, i, &ta, &sa);
-        cl_st_info(fb, i, &tb, &sb);
-        if (strcmp(cl_st_name(fa, i), cl_st_name(fb, i)) != 0 || ta != tb ||
-            cl_shape_numel(&sa) != cl_shape_numel(&sb)) {
-            out = -1;
-            goto done;
-        }
-        if (ta != CL_ST_F32)
-            continue;
-        size_t n = (size_t)cl_shape_numel(&sa);
-        va = cl_alloc(n * sizeof(float), "a");
-        vb = cl_alloc(n * sizeof(float), "b");
-        if (!va || !vb || cl_st_read_f32(fa, i, va, n) != CL_OK ||
-            cl_st_read_f32(fb, i, vb, n) != CL_OK) {
-            out = -1;
-            goto done;
-        }
-        double e = 0;
-        for (size_t j = 0; j < n; j++) {
-            double q = fabs(va[j] - vb[j]) / (ATOL + RTOL * fabs(va[j]));
-            e = q > e ? q : e;
-        }
-        if (e > out) {
-            out = e;
-            snprintf(worst, wn, "%s", cl_st_name(fa, i));
-        }
-        n_f32++;
-        cl_free(va);
-        cl_free(vb);
-        va = vb = NULL;
-    }
-    if (n_f32 < 40) /* resnet18 has 100+ f32 tensors */
-        out = -1;
-done:
-    cl_free(va);
-    cl_free(vb);
-    cl_st_close(fa);
-    cl_st_close(fb);
-    return out;
-}
-
-/* Per-step losses and final weights of two runs; returns the largest
- * relative loss difference (-1 when the step counts differ) and the weight
- * difference in *wdiff. */
-static double compare_runs(const char *dir_a, const char *dir_b, int steps,
-                           double *wdiff)
-{
-    char pa[1024], pb[1024], worst[256] = "";
-    double la[64], lb[64];
-    int64_t sa[64], sb[64];
-    snprintf(pa, sizeof pa, "%s/metrics.jsonl", dir_a);
-    snprintf(pb, sizeof pb, "%s/metrics.jsonl", dir_b);
-    int na = cl_test_read_losses(pa, la, sa, 64);
-    int nb = cl_test_read_losses(pb, lb, sb, 64);
-    double lmax = na == steps && nb == steps ? 0 : -1;
-    for (int i = 0; lmax >= 0 && i < steps; i++) {
-        double e = fabs(la[i] - lb[i]) / fabs(la[i]);
-        lmax = e > lmax ? e : lmax;
-        fprintf(stderr, "  step %d: loss %.7f vs %.7f\n", i + 1, la[i], lb[i]);
-    }
-    snprintf(pa, sizeof pa, "%s/resnet18-last.safetensors", dir_a);
-    snprintf(pb, sizeof pb, "%s/resnet18-last.safetensors", dir_b);
-    *wdiff = weights_diff(pa, pb, worst, sizeof worst);
-    fprintf(stderr,
-            "  %d/%d steps, max loss rel diff %.3g; weights at %.3g of the "
-            "allclose tolerance (worst: %s)\n",
-            na, nb, lmax, *wdiff, worst);
-    return lmax;
 }
 
 /* Tolerances of the ref-backend comparisons.  The two runs see the same
@@ -427,10 +339,10 @@ CL_TEST(resume_two_ranks_equal_uninterrupted)
     CHECK(weights_diff(ck, a, worst, sizeof worst) > 1);
 }
 
-/* A run checkpointed on 2 ranks goes on in 1 process, and the reverse,
- * keeping the global batch (2 x 4 = 1 x 8, SyncBN): step 2 takes the
- * samples it takes in an uninterrupted run (the loader deals sample k of
- * the epoch's shuffled order to rank k % ranks), so the losses and weights
+/* A run checkpointed on 2 ranks goes on in 1 process, the reverse, and 4
+ * ranks on 2, keeping the global batch (2 x 4 = 1 x 8 = 4 x 2, SyncBN): step 2
+ * takes the samples it takes in an uninterrupted run (the loader deals sample k
+ * of the epoch's shuffled order to rank k % ranks), so the losses and weights
  * match within the SyncBN tolerances above.  The two-rank output goes
  * through mpirun's pseudo-terminal: it must hold plain lines, no
  * redrawing escape codes. */
@@ -440,12 +352,13 @@ static void resume_across_ranks(int np_first, int np_then)
     const char *common = QUICK "--backend ref --sync_bn true --shuffle true "
                                "--limit_train 16 --epoch_size 1 ";
     int b_first = 8 / np_first, b_then = 8 / np_then;
-    snprintf(full, sizeof full, "%s",
-             cl_test_path(np_first == 2 ? "x_full2" : "x_full1"));
-    snprintf(part, sizeof part, "%s",
-             cl_test_path(np_first == 2 ? "x_part2" : "x_part1"));
-    snprintf(rest, sizeof rest, "%s",
-             cl_test_path(np_first == 2 ? "x_rest1" : "x_rest2"));
+    char name[32];
+    snprintf(name, sizeof name, "x_full%d", np_then);
+    snprintf(full, sizeof full, "%s", cl_test_path(name));
+    snprintf(name, sizeof name, "x_part%d", np_first);
+    snprintf(part, sizeof part, "%s", cl_test_path(name));
+    snprintf(name, sizeof name, "x_rest%d_%d", np_first, np_then);
+    snprintf(rest, sizeof rest, "%s", cl_test_path(name));
     snprintf(args, sizeof args, "train %s--batch_size %d --ckpt_save_dir %s",
              common, b_then, full);
     REQUIRE(classic_ok(np_then, args));
@@ -492,6 +405,11 @@ CL_TEST(resume_two_ranks_on_one_process)
 CL_TEST(resume_one_process_on_two_ranks)
 {
     resume_across_ranks(1, 2);
+}
+
+CL_TEST(resume_four_ranks_on_two)
+{
+    resume_across_ranks(4, 2);
 }
 
 /* ---- the averaged gradient, library level ---------------------------- */

@@ -36,6 +36,7 @@ int cl_cmd_train(int argc, char **argv)
     cl_dist d;
     if ((s = cl_dist_init(&d, NULL, NULL)) != CL_OK)
         return cl_cli_fail("train", s);
+    d.timeout_s = cfg.dist_timeout;
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;
     lg.quiet = d.rank != 0;

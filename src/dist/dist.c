@@ -61,6 +61,9 @@ cl_status cl__dist_mpi_error(const cl_dist *d, int rc, const char *what)
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
         snprintf(msg, sizeof msg, "MPI error %d", rc);
+    if (d && d->host[0])
+        return cl_error(CL_ERR_DIST, "%s on rank %d (host %s): %s", what,
+                        d->rank, d->host, msg);
     return cl_error(CL_ERR_DIST, "%s on rank %d: %s", what, d ? d->rank : -1,
                     msg);
 }
@@ -85,9 +88,11 @@ cl_status cl__dist_wait(const cl_dist *d, MPI_Request *r, int n,
         if ((spin & 63) == 0 && d->timeout_s > 0 &&
             cl_time_now() - t0 > d->timeout_s)
             return cl_error(CL_ERR_DIST,
-                            "%s on rank %d: did not complete in %.0f s "
-                            "(another rank hung or died)",
-                            what, d->rank, d->timeout_s);
+                            "%s on rank %d (host %s): did not complete in "
+                            "%.0f s (another rank hung or died, or the "
+                            "network between them is down)",
+                            what, d->rank, d->host[0] ? d->host : "?",
+                            d->timeout_s);
     }
 }
 
@@ -126,6 +131,10 @@ cl_status cl_dist_init(cl_dist *d, int *argc, char ***argv)
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int name_len = 0;
+    if (MPI_Get_processor_name(name, &name_len) == MPI_SUCCESS)
+        snprintf(d->host, sizeof d->host, "%.*s", name_len, name);
     MPI_Comm local = MPI_COMM_NULL;
     rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank,
                              MPI_INFO_NULL, &local);

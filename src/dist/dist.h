@@ -27,6 +27,7 @@ typedef struct cl_dist {
     int active;       /* non-zero: MPI is in use (size may still be 1) */
     int owns_mpi;     /* cl_dist_init called MPI_Init; finalize ends it */
     int thread_level; /* MPI_THREAD_* provided, -1 without MPI */
+    char host[64];    /* MPI_Get_processor_name: named in errors */
     /* Watchdog: a collective that has not completed after this many seconds
      * fails with CL_ERR_DIST (a peer hung).  0 waits forever.  Default 300:
      * long enough for rank 0 writing a checkpoint while the others wait. */

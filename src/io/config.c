@@ -308,6 +308,9 @@ static const key keys[] = {
     K_ENUM(grad_sync, v_grad_sync, "overlap",
            "MPI: overlap (allreduce buckets during backward) or blocking "
            "(one allreduce after backward)"),
+    K_INT(dist_timeout, 0, 86400, "300",
+          "MPI: seconds a collective may wait for the other ranks before "
+          "the job ends naming the rank and host (0: forever)"),
 
     GROUP("checkpoints and logs"),
     K_STR(ckpt_save_dir, "./ckpt",

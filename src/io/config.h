@@ -125,6 +125,7 @@ typedef struct cl_config {
     int dist;
     double bucket_mb; /* gradient allreduce bucket, MiB */
     int grad_sync;    /* CL_CFG_GRAD_SYNC_* */
+    int dist_timeout; /* seconds; 0 forever */
     /* ---- checkpoints and logs ---- */
     char ckpt_save_dir[CL_CFG_PATH_MAX];
     int ckpt_save_interval; /* steps; 0 off */
