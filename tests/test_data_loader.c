@@ -477,3 +477,75 @@ CL_TEST(wait_time_and_stats)
     cl_transforms_destroy(tf);
     cl_dataset_close(ds);
 }
+
+/* The trainer's resume keeps the global batch G and may change how it is
+ * split (docs/training.md): that is sound only if optimizer step j takes
+ * the same samples for every split of G into processes x batch_size x
+ * accumulation_steps.  60 samples (the remainder dropped), G = 8: every
+ * split gives the same set for each step, no sample twice in the epoch,
+ * and the same number of steps. */
+CL_TEST(global_step_samples_do_not_depend_on_the_split)
+{
+    enum { N = 60, G = 8, STEPS_MAX = 16 };
+    static const int split[][3] = {/* processes, batch, accumulation */
+                                   {1, 8, 1}, {2, 4, 1}, {4, 2, 1},
+                                   {2, 2, 2}, {1, 4, 2}, {1, 1, 8}};
+    enum { NS = sizeof split / sizeof split[0] };
+    cl_dataset *ds = make_ds("split", N);
+    REQUIRE(ds);
+    cl_transforms *tf = train_tf(1);
+    REQUIRE(tf);
+    static int64_t steps[NS][STEPS_MAX][G];
+    int n_steps[NS];
+    for (int c = 0; c < NS; c++) {
+        int S = split[c][0], B = split[c][1], A = split[c][2];
+        n_steps[c] = 0;
+        for (int r = 0; r < S; r++) {
+            cl_loader_opts o = base_opts(ds, tf);
+            o.batch_size = B;
+            o.shuffle = 1;
+            o.seed = 3;
+            o.num_shards = S;
+            o.shard_id = r;
+            o.drop_remainder = 1;
+            cl_loader *ld = NULL;
+            REQUIRE_OK(cl_loader_create(&ld, &o));
+            REQUIRE_OK(cl_loader_start_epoch(ld, 1));
+            int64_t nb = cl_loader_batches_per_epoch(ld), ns = nb / A;
+            REQUIRE(ns <= STEPS_MAX);
+            n_steps[c] = (int)ns;
+            for (int64_t b = 0; b < ns * A; b++) {
+                cl_batch bt;
+                REQUIRE_OK(cl_loader_next(ld, &bt));
+                REQUIRE(bt.n == B);
+                /* Rank r's part of step j: its micro-batches j*A..j*A+A-1. */
+                int64_t j = b / A, slot = (b % A) * B + (int64_t)r * A * B;
+                for (int i = 0; i < B; i++)
+                    steps[c][j][slot + i] = bt.indices[i];
+            }
+            cl_loader_destroy(ld);
+        }
+        for (int j = 0; j < n_steps[c]; j++) /* a step's set, sorted */
+            for (int a = 1; a < G; a++)
+                for (int b = a; b > 0 && steps[c][j][b - 1] > steps[c][j][b];
+                     b--) {
+                    int64_t t = steps[c][j][b];
+                    steps[c][j][b] = steps[c][j][b - 1];
+                    steps[c][j][b - 1] = t;
+                }
+    }
+    int seen[N] = {0};
+    for (int j = 0; j < n_steps[0]; j++)
+        for (int i = 0; i < G; i++)
+            seen[steps[0][j][i]]++;
+    for (int k = 0; k < N; k++)
+        CHECK(seen[k] <= 1);
+    CHECK(n_steps[0] == N / G);
+    for (int c = 1; c < NS; c++) {
+        CHECK(n_steps[c] == n_steps[0]);
+        for (int j = 0; j < n_steps[0] && j < n_steps[c]; j++)
+            CHECK(memcmp(steps[c][j], steps[0][j], sizeof steps[0][j]) == 0);
+    }
+    cl_transforms_destroy(tf);
+    cl_dataset_close(ds);
+}
