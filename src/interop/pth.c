@@ -1031,6 +1031,17 @@ static cl_status find_state_dict(cl_pth *p, int32_t root, const pobj **sd)
                      keys[q]);
             return CL_OK;
         }
+    /* Tensors torch rebuilds by callables outside the subset (sparse,
+     * quantized): the dict is a state_dict, and collect() names them. */
+    for (int32_t k = 1; k < r->n; k += 2) {
+        const pobj *v = &p->o[r->items[k]];
+        if (v->kind == P_OPAQUE && v->len >= 5 &&
+            memcmp(v->s, "torch", 5) == 0) {
+            *sd = r;
+            snprintf(p->where, sizeof p->where, "the state_dict at the root");
+            return CL_OK;
+        }
+    }
     return cl_error(CL_ERR_FORMAT,
                     "%s: a dict without tensors and without a 'state_dict' "
                     "or 'model' entry: not a state_dict or training "
