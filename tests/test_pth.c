@@ -559,3 +559,176 @@ CL_TEST(resnet18_matches_torch2safetensors)
     CHECK_ERR(cl_model_open_as(&m, pth, "resnet50", 1, "ref", CL_PLAN_INFER, 1),
               CL_ERR_SHAPE, "blocks are those of resnet18");
 }
+
+/* ---- everywhere a checkpoint goes -------------------------------------- */
+
+/* A copy of a classic checkpoint without its metadata and without the BN
+ * counters, as timm's hub files and safetensors.torch.save_file give. */
+static void write_plain(const char *from, const char *to)
+{
+    cl_st_file *f = NULL;
+    cl_st_writer *w = NULL;
+    REQUIRE_OK(cl_st_open(&f, from));
+    REQUIRE_OK(cl_st_writer_new(&w));
+    for (size_t i = 0; i < cl_st_count(f); i++) {
+        const char *name = cl_st_name(f, i);
+        if (strstr(name, "num_batches_tracked"))
+            continue;
+        cl_st_dtype dt;
+        cl_shape s;
+        size_t nb;
+        cl_st_info(f, i, &dt, &s);
+        CHECK_OK(cl_st_writer_add(w, name, dt, s, cl_st_data(f, i, &nb)));
+    }
+    CHECK_OK(cl_st_writer_save(w, to));
+    cl_st_writer_free(w);
+    cl_st_close(f);
+}
+
+/* The "index":..,"prob":.. parts of predict --json output. */
+static const char *numbers(const char *json)
+{
+    static char buf[4][512];
+    static int k;
+    char *b = buf[k++ & 3];
+    size_t n = 0;
+    for (const char *p = json; (p = strstr(p, "\"index\":")) != NULL; p++) {
+        const char *e = strchr(p, '}');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (n + len + 1 >= sizeof buf[0])
+            break;
+        memcpy(b + n, p, len);
+        n += len;
+        b[n++] = ';';
+    }
+    b[n] = 0;
+    return b;
+}
+
+/* predict, convert, export, eval, embed and train --pretrained take a .pth
+ * and a plain safetensors file; a 1000-class head gets ImageNet's names. */
+CL_TEST(cli_everywhere)
+{
+    char cmd[4096], args[2048];
+    const char *dir = cl_test_tmpdir();
+    snprintf(cmd, sizeof cmd,
+             PY " " CL_SOURCE_DIR "/tools/torch2safetensors.py --arch "
+                "resnet18 --random --seed 5 --perturb-bn --num-classes 1000 "
+                "%s/k1000.safetensors --save-pth %s/k1000.pth >/dev/null && " PY
+                " " CL_SOURCE_DIR "/tools/torch2safetensors.py --arch "
+                "resnet18 --random --seed 6 --num-classes 3 "
+                "%s/k3.safetensors --save-pth %s/k3.pth >/dev/null && " PY
+                " -c \"from PIL import Image; import numpy as np, os; r = "
+                "np.random.RandomState(0)\nfor s in ('train', 'val'):\n for c "
+                "in ('a', 'b', 'c'):\n  os.makedirs('%s/img/%%s/%%s' %% (s, "
+                "c), exist_ok=True)\n  for i in range(2):\n   "
+                "Image.fromarray((r.rand(40, 48, 3) * 255).astype('uint8'))."
+                "save('%s/img/%%s/%%s/%%d.png' %% (s, c, i))\"",
+             dir, dir, dir, dir, dir, dir);
+    REQUIRE(cl_test_run(cmd) == 0);
+    char plain[600], img[600];
+    snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
+    write_plain(cl_test_path("k1000.safetensors"), plain);
+    snprintf(img, sizeof img, "%s/img/val/a/0.png", dir);
+
+    /* predict: the same top-3 from all three files, ImageNet names. */
+    static char out[3][1 << 16];
+    const char *files[3] = {"k1000.safetensors", "k1000.pth",
+                            "plain.safetensors"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args,
+                 "predict --checkpoint %s/%s --top 3 --json --backend ref %s",
+                 dir, files[k], img);
+        REQUIRE(cl_test_classic(args) == 0);
+        size_t len = strlen(cl_test_out);
+        REQUIRE(len < sizeof out[k]);
+        memcpy(out[k], cl_test_out, len + 1);
+    }
+    /* torch2safetensors.py wrote no names: only the numbers agree. */
+    CHECK(strcmp(out[1], out[2]) == 0);
+    CHECK(strcmp(numbers(out[0]), numbers(out[1])) == 0);
+    CHECK(strlen(numbers(out[0])) > 40);
+    CHECK(strstr(out[1], "class ") == NULL);
+    snprintf(args, sizeof args,
+             "predict --checkpoint %s/k1000.pth --arch resnet34 %s", dir, img);
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "blocks are those of resnet18") != NULL);
+
+    /* convert: the same tensors, bit for bit, ImageNet's names. */
+    snprintf(args, sizeof args, "convert %s/k1000.pth %s/conv.safetensors", dir,
+             dir);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "resnet18 (imagenet stem), 1000 classes") !=
+          NULL);
+    char names[64];
+    CHECK_OK(cl_ckpt_read_meta(cl_test_path("conv.safetensors"), "class_names",
+                               names, sizeof names));
+    CHECK(strncmp(names, "[\"tench\",\"goldfish\"", 19) == 0);
+    cl_st_file *a = NULL, *b = NULL;
+    REQUIRE_OK(cl_st_open(&a, cl_test_path("k1000.safetensors")));
+    REQUIRE_OK(cl_st_open(&b, cl_test_path("conv.safetensors")));
+    CHECK(cl_st_count(a) == cl_st_count(b));
+    for (size_t i = 0; i < cl_st_count(a); i++) {
+        long j = cl_st_find(b, cl_st_name(a, i));
+        size_t na = 0, nb = 0;
+        CHECK(j >= 0);
+        if (j < 0)
+            continue;
+        const void *pa = cl_st_data(a, i, &na);
+        const void *pb = cl_st_data(b, (size_t)j, &nb);
+        CHECK(na == nb && memcmp(pa, pb, na) == 0);
+    }
+    cl_st_close(a);
+    cl_st_close(b);
+    snprintf(args, sizeof args,
+             "convert %s/plain.safetensors %s/conv2.safetensors --arch "
+             "resnet18 --class_names x,y",
+             dir, dir);
+    CHECK(cl_test_classic(args) == 2);
+    CHECK(strstr(cl_test_out, "gives 2 names for 1000 classes") != NULL);
+
+    /* export: the inferred arch and ImageNet defaults as metadata. */
+    snprintf(args, sizeof args,
+             "export --checkpoint %s/k3.pth --onnx %s/k3.onnx --batch 1", dir,
+             dir);
+    CHECK(cl_test_classic(args) == 0);
+    size_t n_onnx = 0;
+    char *onnx = cl_test_read_file(cl_test_path("k3.onnx"), &n_onnx);
+    CHECK(onnx && n_onnx > 1000000);
+    free(onnx);
+
+    /* eval and embed on an image folder. */
+    snprintf(args, sizeof args,
+             "eval --checkpoint %s/k3.pth --dataset imagefolder --data_dir "
+             "%s/img --val_split val --batch 2 --backend ref",
+             dir, dir);
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "(6 samples") != NULL);
+    snprintf(args, sizeof args,
+             "embed --checkpoint %s/k3.pth --out %s/f.safetensors --dataset "
+             "imagefolder --data_dir %s/img --split val --batch 2",
+             dir, dir, dir);
+    CHECK(cl_test_classic(args) == 0);
+    cl_st_file *f = NULL;
+    if (cl_st_open(&f, cl_test_path("f.safetensors")) == CL_OK) {
+        cl_shape s;
+        cl_st_info(f, (size_t)cl_st_find(f, "features"), NULL, &s);
+        CHECK(s.ndim == 2 && s.d[0] == 6 && s.d[1] == 512);
+        cl_st_close(f);
+    } else
+        CHECK(!"embed wrote no features");
+
+    /* Fine-tuning from the .pth: 1000-class head replaced by 3 classes. */
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s/img --train_split "
+             "train --val_split val --num_classes 3 --model resnet18 --stem "
+             "imagenet --image_size 32 --batch_size 3 --epoch_size 1 "
+             "--val_interval 0 --ckpt_save_epochs 0 --num_parallel_workers 1 "
+             "--seed 1 --pretrained %s/k1000.pth --ckpt_save_dir %s/ft",
+             dir, dir, dir);
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "(PyTorch .pth); training starts at step 0") !=
+          NULL);
+    CHECK(strstr(cl_test_out, "fc.weight (1000, 512) in the file, (3, 512) in "
+                              "the model") != NULL);
+}
