@@ -732,3 +732,87 @@ CL_TEST(cli_everywhere)
     CHECK(strstr(cl_test_out, "fc.weight (1000, 512) in the file, (3, 512) in "
                               "the model") != NULL);
 }
+
+/* ---- the ResNet of weights without metadata ---------------------------- */
+
+/* A plain safetensors file with the names of a ResNet of these blocks
+ * (tiny stand-ins except the tensors inference looks at). */
+static void write_skeleton(const char *path, const int blocks[4],
+                           int bottleneck, int width, int classes)
+{
+    /* Big enough for the largest tensor written, fc.weight. */
+    float *zeros = calloc((size_t)classes * 2048 + 64 * 3 * 7 * 7, 4);
+    REQUIRE(zeros);
+    cl_st_writer *w = NULL;
+    char names[200][64];
+    int n = 0;
+    REQUIRE_OK(cl_st_writer_new(&w));
+    int64_t c1[4] = {64, 3, 7, 7}, fc[2] = {classes, bottleneck ? 2048 : 512};
+    int64_t one = 1;
+    REQUIRE_OK(cl_st_writer_add(w, "conv1.weight", CL_ST_F32,
+                                cl_shape_make(4, c1), zeros));
+    for (int L = 1; L <= 4; L++)
+        for (int M = 0; M < blocks[L - 1]; M++)
+            for (int c = 1; c <= (bottleneck ? 3 : 2); c++) {
+                snprintf(names[n], sizeof names[n], "layer%d.%d.conv%d.weight",
+                         L, M, c);
+                cl_shape s = cl_shape_make(1, &one);
+                int64_t d1[4] = {width, 64, 1, 1}, d2[4] = {64, width, 3, 3};
+                if (L == 1 && M == 0 && c == 1)
+                    s = cl_shape_make(4, d1);
+                if (L == 1 && M == 0 && c == 2)
+                    s = cl_shape_make(4, d2);
+                REQUIRE(n < 200);
+                REQUIRE_OK(
+                    cl_st_writer_add(w, names[n++], CL_ST_F32, s, zeros));
+            }
+    REQUIRE_OK(cl_st_writer_add(w, "fc.weight", CL_ST_F32, cl_shape_make(2, fc),
+                                zeros));
+    REQUIRE_OK(cl_st_writer_save(w, path));
+    cl_st_writer_free(w);
+    free(zeros);
+}
+
+CL_TEST(infer_every_depth)
+{
+    static const struct {
+        int depth, bottleneck, b[4];
+    } t[] = {{18, 0, {2, 2, 2, 2}},
+             {34, 0, {3, 4, 6, 3}},
+             {50, 1, {3, 4, 6, 3}},
+             {101, 1, {3, 4, 23, 3}},
+             {152, 1, {3, 8, 36, 3}}};
+    const char *path = cl_test_path("s.safetensors");
+    cl_weights w;
+    cl_resnet_config rc;
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        write_skeleton(path, t[k].b, t[k].bottleneck, 64, 1000);
+        REQUIRE_OK(cl_weights_open(&w, path));
+        CHECK(!w.classic && w.src.counters_optional);
+        CHECK_OK(cl_weights_infer(&w, NULL, &rc));
+        CHECK(rc.depth == t[k].depth && rc.num_classes == 1000 &&
+              rc.in_channels == 3 && rc.stem == CL_STEM_IMAGENET);
+        cl_weights_close(&w);
+    }
+    /* 3-4-6-3 basic blocks are resnet34, not a resnet50 told by --arch. */
+    write_skeleton(path, t[1].b, 0, 64, 10);
+    REQUIRE_OK(cl_weights_open(&w, path));
+    CHECK_ERR(cl_weights_infer(&w, "resnet50", &rc), CL_ERR_SHAPE,
+              "--arch resnet50, but the weights' blocks are those of "
+              "resnet34");
+    CHECK_OK(cl_weights_infer(&w, "resnet34", &rc));
+    cl_weights_close(&w);
+    /* wide_resnet50_2: layer1.0 twice as wide. */
+    write_skeleton(path, t[2].b, 1, 128, 1000);
+    REQUIRE_OK(cl_weights_open(&w, path));
+    CHECK_ERR(cl_weights_infer(&w, NULL, &rc), CL_ERR_UNSUPPORTED,
+              "wide_resnet or resnext");
+    cl_weights_close(&w);
+    /* Blocks of no torchvision ResNet. */
+    static const int odd[4] = {2, 2, 2, 3};
+    write_skeleton(path, odd, 0, 64, 10);
+    REQUIRE_OK(cl_weights_open(&w, path));
+    CHECK_ERR(cl_weights_infer(&w, NULL, &rc), CL_ERR_FORMAT,
+              "basic blocks 2-2-2-3 in layer1..4 are no torchvision ResNet");
+    cl_weights_close(&w);
+}

@@ -107,7 +107,7 @@ cl_status cl_weights_infer(const cl_weights *w, const char *arch,
             L >= 1 && L <= 4 && M >= 0 && M < 1000 && M + 1 > blocks[L - 1])
             blocks[L - 1] = M + 1;
     }
-    int bottleneck = shape_of(w, "layer1.0.conv3.weight").ndim == 4;
+    int bottleneck = shape_of(w, "layer1.0.conv3.weight").ndim >= 0;
     static const struct {
         int depth, bottleneck, b[4];
     } known[] = {{18, 0, {2, 2, 2, 2}},
