@@ -20,6 +20,9 @@
 #define PTH_MAX_STACK (1 << 20)          /* pickle stack depth */
 #define PTH_MAX_NUMEL ((int64_t)1 << 40) /* elements of one tensor */
 #define PTH_MAX_NAME 127                 /* bytes of a tensor name */
+/* data.pkl of a resnet152 state_dict is 115 KB; the cap keeps every
+ * object, memo and item count (at most one per byte) far from 2^31. */
+#define PTH_MAX_PICKLE ((uint64_t)1 << 28)
 
 /* ---- the zip container -------------------------------------------------- */
 
@@ -1169,6 +1172,11 @@ static cl_status parse(cl_pth *p)
                         "%s: a zip without <folder>/data.pkl: not a PyTorch "
                         "checkpoint",
                         p->path);
+    if (pkl->size > PTH_MAX_PICKLE)
+        return cl_error(CL_ERR_LIMIT,
+                        "%s: data.pkl is %llu bytes, more than the 256 MiB "
+                        "a state_dict's pickle needs",
+                        p->path, (unsigned long long)pkl->size);
     const zentry *bo = zip_find(p, "byteorder", 9);
     if (bo && !(bo->size == 6 && memcmp(bo->data, "little", 6) == 0))
         return cl_error(CL_ERR_UNSUPPORTED,
