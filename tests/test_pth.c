@@ -740,8 +740,9 @@ CL_TEST(cli_everywhere)
 static void write_skeleton(const char *path, const int blocks[4],
                            int bottleneck, int width, int classes)
 {
-    /* Big enough for the largest tensor written, fc.weight. */
-    float *zeros = calloc((size_t)classes * 2048 + 64 * 3 * 7 * 7, 4);
+    /* Big enough for the largest tensor written. */
+    float *zeros =
+        calloc((size_t)classes * 2048 + 64 * 3 * 7 * 7 + 64 * 128 * 9, 4);
     REQUIRE(zeros);
     cl_st_writer *w = NULL;
     char names[200][64];

@@ -566,10 +566,12 @@ static cl_status persistent_load(vm *v, int32_t pid, int32_t *out)
                  (unsigned long long)e->size);
         return vm_fail(v, "%s", m);
     }
+    /* vm_new may move p->o: take what is needed from it first. */
+    int64_t count = numel->i;
     CL_TRY(vm_new(v, P_STORAGE, out));
     pobj *o = &p->o[*out];
     o->dtype = (uint8_t)d;
-    o->i = numel->i;
+    o->i = count;
     o->data = e->data;
     return CL_OK;
 }
