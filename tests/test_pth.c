@@ -556,6 +556,22 @@ CL_TEST(resnet18_matches_torch2safetensors)
     CHECK(m.cfg.n_mean == 3 && m.cfg.crop_pct > 0.87 && m.cfg.crop_pct < 0.88);
     CHECK(strcmp(m.class_names[6], "class 6") == 0);
     cl_model_close(&m);
+    /* cl_interop_load_pretrained: a 3-class model keeps its own head. */
+    cl_graph g;
+    cl_resnet_config rc = cl_resnet_config_default();
+    rc.depth = 18;
+    rc.num_classes = 3;
+    char note[1024];
+    REQUIRE_OK(cl_graph_init(&g, 1));
+    REQUIRE_OK(cl_resnet_build(&g, &rc, 32, 32, 0, 0));
+    CHECK_OK(cl_interop_load_pretrained(tr, &g, CL_CKPT_PRETRAINED, note,
+                                        sizeof note));
+    CHECK(strstr(note,
+                 "120 tensors loaded (PyTorch .pth, the state_dict "
+                 "under 'state_dict'); head kept: fc.weight (7, 512)") != NULL);
+    CHECK_ERR(cl_interop_load_pretrained(tr, &g, CL_CKPT_STRICT, NULL, 0),
+              CL_ERR_SHAPE, "fc.weight");
+    cl_graph_free(&g);
     CHECK_ERR(cl_model_open_as(&m, pth, "resnet50", 1, "ref", CL_PLAN_INFER, 1),
               CL_ERR_SHAPE, "blocks are those of resnet18");
 }
