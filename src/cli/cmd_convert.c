@@ -1,5 +1,6 @@
-/* `classic convert`: a MindSpore ResNet checkpoint (.ckpt) into a classic
- * model checkpoint (safetensors, torchvision names, metadata). */
+/* `classic convert`: a MindSpore ResNet checkpoint (.ckpt), a PyTorch .pth
+ * or a plain safetensors file into a classic model checkpoint
+ * (safetensors, torchvision names, metadata). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,20 +10,26 @@
 #include "interop/interop.h"
 #include "io/strbuf.h"
 #include "models/resnet.h"
+#include "train/model.h"
 #include "train/trainer.h"
 
 static void usage(void)
 {
-    printf("usage: classic convert IN.ckpt OUT.safetensors --arch resnetNN "
+    printf("usage: classic convert IN OUT.safetensors [--arch resnetNN] "
            "[--num_classes K]\n"
            "                      [--image_size 224] [--class_names "
            "a,b,c]\n\n"
-           "Reads a MindSpore ResNet checkpoint (mindcv or model zoo names), "
-           "maps its\nnames onto torchvision's (docs/interop.md), checks "
-           "every tensor against\nthe arch and writes a checkpoint that "
-           "`classic predict`, `eval` and\n--pretrained read.  Optimizer "
-           "entries (moments.*, learning_rate, ...) are\nignored and "
-           "listed.  num_classes defaults to the classifier's rows.\n");
+           "IN is a MindSpore ResNet checkpoint (.ckpt: mindcv or model zoo "
+           "names,\nmapped onto torchvision's, --arch required), a PyTorch "
+           ".pth (torch.save\nsince 1.6: a state_dict or a training "
+           "checkpoint holding one) or a\nsafetensors file with "
+           "torchvision's names (arch inferred from the blocks,\nor checked "
+           "against --arch).  Every tensor is checked against the arch and\n"
+           "the result is a checkpoint that `classic predict`, `eval` and "
+           "--pretrained\nread.  MindSpore optimizer entries (moments.*, "
+           "learning_rate, ...) are\nignored and listed.  num_classes "
+           "defaults to the classifier's rows; a\n1000-class head gets "
+           "ImageNet's class names.\n");
 }
 
 static const char *const own[] = {"--arch", "--num_classes", "--image_size",
@@ -61,6 +68,144 @@ static int parse_int(const char *v, const char *opt, int lo, int hi, int *out)
     return 0;
 }
 
+/* A MindSpore Checkpoint message starts with field 1, length-delimited;
+ * safetensors starts with a u64 length and a .pth with "PK". */
+static int is_mindspore(const char *path)
+{
+    unsigned char b = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(&b, 1, 1, f);
+    fclose(f);
+    return got == 1 && b == 0x0a;
+}
+
+/* "a,b,c" as a JSON array of k strings into cn; -1 (reported) when the
+ * count is not k. */
+static int names_json(const char *names, int k, cl_strbuf *cn)
+{
+    int count = 1;
+    for (const char *p = names; *p; p++)
+        count += *p == ',';
+    if (count != k) {
+        fprintf(stderr,
+                "classic: convert: --class_names gives %d names for %d "
+                "classes\n",
+                count, k);
+        return -1;
+    }
+    cl_strbuf_add(cn, "[", 1);
+    for (const char *p = names;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (p != names)
+            cl_strbuf_add(cn, ",", 1);
+        cl_strbuf_add_json_str(cn, p, len);
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    cl_strbuf_add(cn, "]", 1);
+    return 0;
+}
+
+/* A .pth or a safetensors file opened as predict opens it (arch inferred
+ * or checked), written back with classic's metadata. */
+static int convert_weights(const char *in, const char *out, const char *arch,
+                           const char *ks, const char *ss, const char *names)
+{
+    cl_model m;
+    int side = 224, ret = 1;
+    if (ss && parse_int(ss, "--image_size", 32, 4096, &side))
+        return 2;
+    cl_status s = cl_model_open_as(&m, in, arch, 1, NULL, CL_PLAN_INFER, 1);
+    if (s != CL_OK)
+        return cl_cli_fail("convert", s);
+    int k = m.num_classes;
+    if (ks &&
+        (parse_int(ks, "--num_classes", 1, 100000, &k) || k != m.num_classes)) {
+        fprintf(stderr,
+                "classic: convert: %s has a %d-class head, not "
+                "--num_classes %s\n",
+                in, m.num_classes, ks);
+        cl_model_close(&m);
+        return 2;
+    }
+    if (!ss && m.side != 224)
+        side = m.side;
+    cl_strbuf cn, mean, std, yaml;
+    cl_strbuf_init(&cn);
+    cl_strbuf_init(&mean);
+    cl_strbuf_init(&std);
+    cl_strbuf_init(&yaml);
+    if (names) {
+        if (names_json(names, k, &cn)) {
+            ret = 2;
+            goto done;
+        }
+    } else {
+        cl_strbuf_addc(&cn, '[');
+        for (int c = 0; c < k; c++) {
+            if (c)
+                cl_strbuf_addc(&cn, ',');
+            cl_strbuf_add_json_str(&cn, m.class_names[c],
+                                   strlen(m.class_names[c]));
+        }
+        cl_strbuf_addc(&cn, ']');
+    }
+    for (int c = 0; c < m.cfg.n_mean; c++)
+        cl_strbuf_addf(&mean, "%s%g", c ? "," : "", m.cfg.mean[c]);
+    for (int c = 0; c < m.cfg.n_std; c++)
+        cl_strbuf_addf(&std, "%s%g", c ? "," : "", m.cfg.std[c]);
+    char depth[16], kk[16], sz[16], ic[16];
+    snprintf(depth, sizeof depth, "resnet%d", m.arch.depth);
+    snprintf(kk, sizeof kk, "%d", k);
+    snprintf(sz, sizeof sz, "%d", side);
+    snprintf(ic, sizeof ic, "%d", m.in_c);
+    const char *stem = cl_resnet_stem_name(m.arch.stem);
+    cl_strbuf_addf(&yaml,
+                   "dataset: imagefolder\ndata_dir: ./images\nnum_classes: "
+                   "%d\nimage_size: %d\ncrop_pct: 0.875\nrandom_resized_crop: "
+                   "true\nmodel: %s\nstem: "
+                   "%s\nin_channels: %d\n",
+                   k, side, depth, stem, m.in_c);
+    if (m.cfg.n_mean && m.cfg.n_std)
+        cl_strbuf_addf(&yaml, "mean: [%s]\nstd: [%s]\n", cl_strbuf_str(&mean),
+                       cl_strbuf_str(&std));
+    cl_ckpt_kv meta[10] = {{CL_META_ARCH, depth},
+                           {CL_META_STEM, stem},
+                           {CL_META_IN_CHANNELS, ic},
+                           {CL_META_NUM_CLASSES, kk},
+                           {CL_META_IMAGE_SIZE, sz},
+                           {CL_META_CONFIG, cl_strbuf_str(&yaml)},
+                           {CL_META_DATASET, "converted"},
+                           {CL_META_CLASS_NAMES, cl_strbuf_str(&cn)}};
+    int n_meta = 8;
+    if (m.cfg.n_mean && m.cfg.n_std) {
+        meta[n_meta++] = (cl_ckpt_kv){CL_META_MEAN, cl_strbuf_str(&mean)};
+        meta[n_meta++] = (cl_ckpt_kv){CL_META_STD, cl_strbuf_str(&std)};
+    }
+    if ((s = cl_ckpt_save_model(out, &m.g, meta, n_meta)) != CL_OK) {
+        ret = cl_cli_fail("convert", s);
+        goto done;
+    }
+    int saved = 0;
+    for (int t = 0; t < m.g.n_tensors; t++)
+        saved += m.g.tensors[t].kind == CL_GT_PARAM ||
+                 m.g.tensors[t].kind == CL_GT_BUFFER;
+    printf("wrote %s: %s (%s stem), %d classes, %d tensors%s\n", out, depth,
+           stem, k, saved, k == 1000 && !names ? "; ImageNet class names" : "");
+    ret = 0;
+done:
+    cl_strbuf_free(&cn);
+    cl_strbuf_free(&mean);
+    cl_strbuf_free(&std);
+    cl_strbuf_free(&yaml);
+    cl_model_close(&m);
+    return ret;
+}
+
 int cl_cmd_convert(int argc, char **argv)
 {
     if (cl_cli_is_help(argc, argv)) {
@@ -86,9 +231,16 @@ int cl_cmd_convert(int argc, char **argv)
     const char *ks = cl_cli_option(argc, argv, "--num_classes");
     const char *ss = cl_cli_option(argc, argv, "--image_size");
     const char *names = cl_cli_option(argc, argv, "--class_names");
-    if (n_pos != 2 || !arch) {
-        fprintf(stderr, "classic: convert: IN.ckpt OUT.safetensors and "
-                        "--arch are required\n");
+    if (n_pos != 2) {
+        fprintf(stderr, "classic: convert: IN and OUT.safetensors are "
+                        "required\n");
+        return 2;
+    }
+    if (!is_mindspore(pos[0]))
+        return convert_weights(pos[0], pos[1], arch, ks, ss, names);
+    if (!arch) {
+        fprintf(stderr, "classic: convert: a MindSpore checkpoint needs "
+                        "--arch\n");
         return 2;
     }
     int depth = 0, k = 0, in_c = 3, side = 224;
@@ -124,30 +276,9 @@ int cl_cmd_convert(int argc, char **argv)
         ret = cl_cli_fail("convert", s);
         goto done;
     }
-    if (names) {
-        int count = 1;
-        for (const char *p = names; *p; p++)
-            count += *p == ',';
-        if (count != k) {
-            fprintf(stderr,
-                    "classic: convert: --class_names gives %d names for %d "
-                    "classes\n",
-                    count, k);
-            ret = 2;
-            goto done;
-        }
-        cl_strbuf_add(&cn, "[", 1);
-        for (const char *p = names;;) {
-            const char *e = strchr(p, ',');
-            size_t len = e ? (size_t)(e - p) : strlen(p);
-            if (p != names)
-                cl_strbuf_add(&cn, ",", 1);
-            cl_strbuf_add_json_str(&cn, p, len);
-            if (!e)
-                break;
-            p = e + 1;
-        }
-        cl_strbuf_add(&cn, "]", 1);
+    if (names && names_json(names, k, &cn)) {
+        ret = 2;
+        goto done;
     }
     char kk[16], sz[16], ic[16], yaml[1024];
     snprintf(kk, sizeof kk, "%d", k);

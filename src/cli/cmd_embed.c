@@ -14,10 +14,14 @@ static void usage(void)
 {
     printf("usage: classic embed --checkpoint FILE --out features.safetensors "
            "[--split test|train]\n"
-           "                     [--batch N] [--key value ...]\n\n"
+           "                     [--batch N] [--arch resnetNN] [--key value "
+           "...]\n\n"
            "Writes the pooled penultimate features (2048-d for resnet50) of "
            "every sample\nof a split as a safetensors file: 'features' (N, "
-           "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order).\n");
+           "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order).\n"
+           "FILE may be a PyTorch .pth or a plain safetensors file (arch "
+           "inferred\nor checked against --arch; give the data with "
+           "--dataset and --data_dir).\n");
 }
 
 typedef struct sink {
@@ -42,8 +46,8 @@ static void on_features(void *ctx, int64_t index, const float *row, int dim,
     s->n++;
 }
 
-static const char *const own[] = {"--checkpoint", "--out", "--split", "--batch",
-                                  NULL};
+static const char *const own[] = {"--checkpoint", "--out",  "--split",
+                                  "--batch",      "--arch", NULL};
 
 int cl_cmd_embed(int argc, char **argv)
 {
@@ -71,7 +75,9 @@ int cl_cmd_embed(int argc, char **argv)
     memset(&sk, 0, sizeof sk);
     memset(&met, 0, sizeof met);
     memset(&md, 0, sizeof md);
-    cl_status s = cl_model_open(&m, ckpt, batch, "onednn", CL_PLAN_INFER, 0);
+    cl_status s =
+        cl_model_open_as(&m, ckpt, cl_cli_option(argc, argv, "--arch"), batch,
+                         "onednn", CL_PLAN_INFER, 0);
     if (s != CL_OK)
         return cl_cli_fail("embed", s);
     if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)

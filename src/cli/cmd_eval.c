@@ -13,17 +13,21 @@ static void usage(void)
     printf("usage: classic eval --checkpoint FILE [--batch N] [--split "
            "test|train]\n"
            "                    [--csv confusion.csv] [--backend onednn|ref] "
-           "[--key value ...]\n\n"
+           "[--key value ...]\n"
+           "                    [--arch resnetNN]\n\n"
            "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
            "the\nconfusion matrix.  Data and eval transforms come from the "
            "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
            "--limit_val,\n--eval_hflip true for flip test-time "
            "augmentation).\nUnder mpirun the split is sharded and the counts "
-           "summed: every sample\nis counted exactly once.\n");
+           "summed: every sample\nis counted exactly once.  FILE may be a "
+           "PyTorch .pth or a plain safetensors\nfile (arch inferred or "
+           "checked against --arch; give the data with --dataset\nand "
+           "--data_dir).\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--batch",   "--split",
-                                  "--csv",        "--backend", NULL};
+static const char *const own[] = {"--checkpoint", "--batch", "--split", "--csv",
+                                  "--backend",    "--arch",  NULL};
 
 int cl_cmd_eval(int argc, char **argv)
 {
@@ -56,8 +60,8 @@ int cl_cmd_eval(int argc, char **argv)
     cl_status s = cl_dist_init(&d, NULL, NULL);
     if (s != CL_OK)
         return cl_cli_fail("eval", s);
-    s = cl_model_open(&m, ckpt, batch, backend ? backend : "onednn",
-                      CL_PLAN_INFER, 0);
+    s = cl_model_open_as(&m, ckpt, cl_cli_option(argc, argv, "--arch"), batch,
+                         backend ? backend : "onednn", CL_PLAN_INFER, 0);
     if (s != CL_OK) {
         cl_dist_finalize(&d);
         return cl_cli_fail("eval", s);

@@ -7,17 +7,22 @@
 #include "core/error.h"
 #include "interop/interop.h"
 #include "io/safetensors.h"
+#include "io/strbuf.h"
 #include "train/model.h"
 
 static void usage(void)
 {
-    printf("usage: classic export --checkpoint FILE --onnx OUT.onnx "
-           "[--batch N]\n\n"
-           "Writes the checkpoint's inference graph as ONNX (opset 13): "
-           "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
-           "BatchNorm folded into the convs.\nWithout --batch the batch "
-           "dimension is symbolic (\"N\").  metadata_props\ncarry the "
-           "preprocessing: image_size, resize, mean, std, class_names.\n");
+    printf(
+        "usage: classic export --checkpoint FILE --onnx OUT.onnx "
+        "[--batch N] [--arch resnetNN]\n\n"
+        "Writes the checkpoint's inference graph as ONNX (opset 13): "
+        "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
+        "BatchNorm folded into the convs.\nWithout --batch the batch "
+        "dimension is symbolic (\"N\").  metadata_props\ncarry the "
+        "preprocessing: image_size, resize, mean, std, class_names.\nFILE may "
+        "also be a PyTorch .pth or a plain safetensors file with\n"
+        "torchvision's names (arch inferred, or checked against "
+        "--arch).\n");
 }
 
 int cl_cmd_export(int argc, char **argv)
@@ -29,9 +34,11 @@ int cl_cmd_export(int argc, char **argv)
     const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
     const char *out = cl_cli_option(argc, argv, "--onnx");
     const char *batch_s = cl_cli_option(argc, argv, "--batch");
+    const char *arch = cl_cli_option(argc, argv, "--arch");
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--checkpoint") == 0 ||
-            strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0)
+            strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0 ||
+            strcmp(argv[i], "--arch") == 0)
             i++;
         else {
             fprintf(stderr, "classic: export: unexpected argument %s\n",
@@ -55,27 +62,59 @@ int cl_cmd_export(int argc, char **argv)
         batch = (int)b;
     }
     cl_model m;
-    cl_status s =
-        cl_model_open(&m, ckpt, batch > 0 ? batch : 1, "ref", CL_PLAN_INFER, 1);
+    cl_status s = cl_model_open_as(&m, ckpt, arch, batch > 0 ? batch : 1, "ref",
+                                   CL_PLAN_INFER, 1);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
-    /* The metadata strings are read in place from the open file (class
-     * names of 1000 classes run to tens of kilobytes). */
+    /* A classic checkpoint's metadata strings are read in place from the
+     * open file (class names of 1000 classes run to tens of kilobytes);
+     * weights without metadata (.pth, plain safetensors) export what
+     * cl_model_open inferred: the arch and ImageNet's defaults. */
     cl_st_file *f = NULL;
-    if ((s = cl_st_open(&f, ckpt)) != CL_OK) {
-        cl_model_close(&m);
-        return cl_cli_fail("export", s);
-    }
     static const char *const keys[] = {"arch",       "stem", "num_classes",
                                        "image_size", "mean", "std",
                                        "class_names"};
     enum { NK = sizeof keys / sizeof keys[0] };
     cl_onnx_kv kv[NK + 2];
     int n = 0;
-    for (int k = 0; k < NK; k++) {
-        const char *v = cl_st_metadata(f, keys[k]);
-        if (v && v[0])
-            kv[n++] = (cl_onnx_kv){keys[k], v};
+    cl_strbuf names, mean, std;
+    cl_strbuf_init(&names);
+    cl_strbuf_init(&mean);
+    cl_strbuf_init(&std);
+    char depth[16], k_s[16], side[16];
+    if (!m.foreign) {
+        if ((s = cl_st_open(&f, ckpt)) != CL_OK)
+            goto done;
+        for (int k = 0; k < NK; k++) {
+            const char *v = cl_st_metadata(f, keys[k]);
+            if (v && v[0])
+                kv[n++] = (cl_onnx_kv){keys[k], v};
+        }
+    } else {
+        cl_strbuf_addc(&names, '[');
+        for (int k = 0; k < m.num_classes; k++) {
+            if (k)
+                cl_strbuf_addc(&names, ',');
+            cl_strbuf_add_json_str(&names, m.class_names[k],
+                                   strlen(m.class_names[k]));
+        }
+        cl_strbuf_addc(&names, ']');
+        for (int c = 0; c < m.cfg.n_mean; c++)
+            cl_strbuf_addf(&mean, "%s%g", c ? "," : "", m.cfg.mean[c]);
+        for (int c = 0; c < m.cfg.n_std; c++)
+            cl_strbuf_addf(&std, "%s%g", c ? "," : "", m.cfg.std[c]);
+        snprintf(depth, sizeof depth, "resnet%d", m.arch.depth);
+        snprintf(k_s, sizeof k_s, "%d", m.num_classes);
+        snprintf(side, sizeof side, "%d", m.side);
+        kv[n++] = (cl_onnx_kv){"arch", depth};
+        kv[n++] = (cl_onnx_kv){"stem", cl_resnet_stem_name(m.arch.stem)};
+        kv[n++] = (cl_onnx_kv){"num_classes", k_s};
+        kv[n++] = (cl_onnx_kv){"image_size", side};
+        if (m.cfg.n_mean)
+            kv[n++] = (cl_onnx_kv){"mean", cl_strbuf_str(&mean)};
+        if (m.cfg.n_std)
+            kv[n++] = (cl_onnx_kv){"std", cl_strbuf_str(&std)};
+        kv[n++] = (cl_onnx_kv){"class_names", cl_strbuf_str(&names)};
     }
     char crop[32], pre[256];
     double pct = m.cfg.crop_pct > 0 ? m.cfg.crop_pct : 0.875;
@@ -89,7 +128,11 @@ int cl_cmd_export(int argc, char **argv)
     kv[n++] = (cl_onnx_kv){"preprocessing", pre};
     cl_onnx_opts o = {batch, kv, n};
     s = cl_interop_export_onnx(&m.g, out, &o);
+done:
     cl_st_close(f);
+    cl_strbuf_free(&names);
+    cl_strbuf_free(&mean);
+    cl_strbuf_free(&std);
     cl_model_close(&m);
     if (s != CL_OK)
         return cl_cli_fail("export", s);

@@ -13,13 +13,19 @@
 static void usage(void)
 {
     printf("usage: classic predict --checkpoint FILE [--top K] [--json] "
-           "[--backend onednn|ref] IMAGE...\n\n"
+           "[--backend onednn|ref]\n"
+           "                       [--arch resnetNN] IMAGE...\n\n"
            "Prints the top-K classes (default 5) with their probabilities "
            "for each\nJPEG or PNG image, preprocessed as the checkpoint's "
-           "eval pipeline.\n");
+           "eval pipeline.\nFILE is a classic checkpoint, a PyTorch .pth or a "
+           "safetensors file with\ntorchvision's names: their arch is "
+           "inferred (or checked against --arch),\na 1000-class head gets "
+           "ImageNet's names and eval pipeline (resize 256,\ncentre crop "
+           "224, ImageNet mean/std).\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--top", "--backend", NULL};
+static const char *const own[] = {"--checkpoint", "--top", "--backend",
+                                  "--arch", NULL};
 
 static int is_own(const char *a)
 {
@@ -101,6 +107,7 @@ int cl_cmd_predict(int argc, char **argv)
     const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
     const char *topk = cl_cli_option(argc, argv, "--top");
     const char *backend = cl_cli_option(argc, argv, "--backend");
+    const char *arch = cl_cli_option(argc, argv, "--arch");
     int json = 0, n_images = 0;
     for (int i = 1; i < argc; i++) {
         if (is_own(argv[i]))
@@ -124,8 +131,8 @@ int cl_cmd_predict(int argc, char **argv)
         return 2;
     }
     cl_model m;
-    cl_status s = cl_model_open(&m, ckpt, 1, backend ? backend : "onednn",
-                                CL_PLAN_INFER, 0);
+    cl_status s = cl_model_open_as(
+        &m, ckpt, arch, 1, backend ? backend : "onednn", CL_PLAN_INFER, 0);
     if (s != CL_OK)
         return cl_cli_fail("predict", s);
     size_t per = (size_t)m.in_c * m.side * m.side;

@@ -6,6 +6,7 @@
 
 #include "graph/graph.h"
 #include "io/checkpoint.h"
+#include "models/resnet.h"
 
 /* ---- ONNX ------------------------------------------------------------- */
 
@@ -77,6 +78,69 @@ typedef struct cl_ms_report {
  * mode as cl_ckpt_load_model. */
 cl_status cl_ms_load(const char *path, cl_graph *g, cl_ckpt_mode mode,
                      cl_ms_report *rep);
+
+/* ---- PyTorch .pth ---------------------------------------------------- */
+
+typedef struct cl_pth cl_pth;
+
+/* Reads a PyTorch checkpoint in the zip format of torch.save (PyTorch 1.6
+ * and later): stored zip entries, each bounded by the file and CRC-checked;
+ * data.pkl run by a pickle machine that knows the opcodes of protocols 2-5
+ * that state_dicts use and the globals collections.OrderedDict,
+ * torch._utils._rebuild_tensor_v2 / _rebuild_parameter and torch.<T>Storage
+ * for Float, Half, BFloat16, Double, Long and Int.  The state_dict is the
+ * root dict or its 'state_dict' / 'model' / 'model_state_dict' / 'net'
+ * entry; 'module.' and '_orig_mod.' prefixes are removed.  Every view is
+ * checked to lie inside its storage.  Anything else is refused in one
+ * sentence naming the opcode, global or type (CL_ERR_FORMAT, or
+ * CL_ERR_UNSUPPORTED for well-formed files outside the subset). */
+cl_status cl_pth_open(cl_pth **out, const char *path);
+void cl_pth_close(cl_pth *p);
+
+/* The state_dict's tensors, in the file's order. */
+size_t cl_pth_count(const cl_pth *p);
+const char *cl_pth_name(const cl_pth *p, size_t i);
+long cl_pth_find(const cl_pth *p, const char *name);
+cl_shape cl_pth_shape(const cl_pth *p, size_t i);
+/* "float32", "float16", "bfloat16", "float64", "int64", "int32". */
+const char *cl_pth_dtype(const cl_pth *p, size_t i);
+/* "the state_dict under 'state_dict'", for notes. */
+const char *cl_pth_where(const cl_pth *p);
+/* Tensor i, made contiguous (row-major over its shape) and converted:
+ * n must be its element count (CL_ERR_SHAPE otherwise); read_f32 refuses
+ * integer tensors and read_i64 floating ones (CL_ERR_FORMAT). */
+cl_status cl_pth_read_f32(const cl_pth *p, size_t i, float *dst, size_t n);
+cl_status cl_pth_read_i64(const cl_pth *p, size_t i, int64_t *dst, size_t n);
+
+/* ---- any checkpoint ---------------------------------------------------- */
+
+/* A model checkpoint of any kind classic reads, as named tensors: a
+ * classic safetensors file (with its metadata), a plain safetensors file
+ * (torchvision names, no metadata: timm, safetensors.torch.save_file) or
+ * a PyTorch .pth, told apart by the first bytes. */
+typedef struct cl_weights {
+    cl_ckpt_source src;
+    struct cl_st_file *st; /* safetensors */
+    cl_pth *pth;           /* .pth */
+    int classic;           /* safetensors with classic's 'arch' metadata */
+    const char *kind;      /* "safetensors" or "PyTorch .pth" */
+} cl_weights;
+
+cl_status cl_weights_open(cl_weights *w, const char *path);
+void cl_weights_close(cl_weights *w);
+
+/* The torchvision ResNet the tensors fit: depth from the block counts of
+ * layer1..4 and whether blocks have conv3 (18/34: basic 2-2-2-2 / 3-4-6-3;
+ * 50/101/152: bottleneck 3-4-6-3 / 3-4-23-3 / 3-8-36-3), in_channels from
+ * conv1.weight, num_classes from fc.weight, the stem from conv1's kernel.
+ * arch (may be NULL) names the depth instead and is checked against the
+ * counts.  Wider variants (wide_resnet, resnext) are refused by their
+ * layer1.0.conv1 width. */
+cl_status cl_weights_infer(const cl_weights *w, const char *arch,
+                           cl_resnet_config *rc);
+
+/* ImageNet-1k's class names in torchvision's index order. */
+extern const char *const cl_imagenet_classes[1000];
 
 /* --pretrained of any kind: a classic / torchvision safetensors file (by
  * its header) goes to cl_ckpt_load_model, a MindSpore .ckpt to cl_ms_load.

@@ -1,6 +1,6 @@
 /* --pretrained of any supported kind, told apart by the file's first
- * bytes: safetensors (classic, torchvision via tools/torch2safetensors.py)
- * or a MindSpore .ckpt. */
+ * bytes: safetensors (classic's, or plain with torchvision's names), a
+ * PyTorch .pth or a MindSpore .ckpt. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,15 +20,27 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
     size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
     cl_status s;
-    /* safetensors: u64 header length, then the JSON's '{'. */
-    if (got == sizeof head && head[8] == '{' && head[6] == 0 && head[7] == 0) {
+    /* safetensors: u64 header length, then the JSON's '{'; a PyTorch
+     * .pth: a zip (torch.save since 1.6), or a bare pickle (older; the
+     * reader refuses it saying so). */
+    int st =
+        got == sizeof head && head[8] == '{' && head[6] == 0 && head[7] == 0;
+    int pth = (got >= 4 && memcmp(head, "PK\3\4", 4) == 0) ||
+              (got >= 2 && head[0] == 0x80 && head[1] <= 5);
+    if (st || pth) {
+        cl_weights w;
         cl_ckpt_load_report rep;
         memset(&rep, 0, sizeof rep);
-        s = cl_ckpt_load_model(path, g, mode, &rep);
+        if ((s = cl_weights_open(&w, path)) != CL_OK)
+            return s;
+        s = cl_ckpt_load_source(&w.src, g, mode, &rep);
         if (s == CL_OK && note)
-            snprintf(note, note_n, "%s: %d tensors loaded (safetensors)%s%s",
-                     path, rep.loaded, rep.head_skipped ? "; head kept: " : "",
+            snprintf(note, note_n, "%s: %d tensors loaded (%s%s%s)%s%s", path,
+                     rep.loaded, w.kind, w.pth ? ", " : "",
+                     w.pth ? cl_pth_where(w.pth) : "",
+                     rep.head_skipped ? "; head kept: " : "",
                      rep.head_skipped ? rep.head_note : "");
+        cl_weights_close(&w);
         return s;
     }
     /* A MindSpore Checkpoint starts with field 1, length-delimited. */
@@ -46,7 +58,6 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
     }
     return cl_error(CL_ERR_FORMAT,
                     "%s: neither safetensors nor a MindSpore checkpoint "
-                    "(first bytes %s); .pth files go through "
-                    "tools/torch2safetensors.py first",
+                    "nor a PyTorch .pth (first bytes %s)",
                     path, got ? "unrecognised" : "missing");
 }

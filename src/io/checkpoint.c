@@ -85,24 +85,73 @@ static cl_status list_error(const char *path, const char *what, char *buf,
     return cl_error(CL_ERR_FORMAT, "%s: %d %s: %s", path, count, what, buf);
 }
 
+static size_t st_count(const void *ctx)
+{
+    return cl_st_count(ctx);
+}
+
+static const char *st_name(const void *ctx, size_t i)
+{
+    return cl_st_name(ctx, i);
+}
+
+static long st_find(const void *ctx, const char *name)
+{
+    return cl_st_find(ctx, name);
+}
+
+static cl_shape st_shape(const void *ctx, size_t i)
+{
+    cl_shape s;
+    cl_st_info(ctx, i, NULL, &s);
+    return s;
+}
+
+static cl_status st_read_f32(const void *ctx, size_t i, float *dst, size_t n)
+{
+    return cl_st_read_f32(ctx, i, dst, n);
+}
+
+static cl_status st_read_i64(const void *ctx, size_t i, int64_t *dst, size_t n)
+{
+    return cl_st_read_i64(ctx, i, dst, n);
+}
+
+cl_ckpt_source cl_ckpt_source_st(const cl_st_file *f, const char *path)
+{
+    cl_ckpt_source src = {path,     f,           st_count,    st_name, st_find,
+                          st_shape, st_read_f32, st_read_i64, 0};
+    return src;
+}
+
 cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
                              cl_ckpt_load_report *rep)
 {
     cl_st_file *f = NULL;
+    CL_TRY(cl_st_open(&f, path));
+    cl_ckpt_source src = cl_ckpt_source_st(f, path);
+    cl_status s = cl_ckpt_load_source(&src, g, mode, rep);
+    cl_st_close(f);
+    return s;
+}
+
+cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
+                              cl_ckpt_mode mode, cl_ckpt_load_report *rep)
+{
+    const char *path = src->path;
+    const void *f = src->ctx;
     float *staging = NULL;
     char list[640] = "";
     char dims[2][96];
     int count = 0;
-    cl_status s = cl_st_open(&f, path);
+    cl_status s = CL_OK;
     cl_ckpt_load_report r;
     memset(&r, 0, sizeof r);
-    if (s != CL_OK)
-        return s;
     /* Every name in the file must be known to the model. */
-    for (size_t i = 0; i < cl_st_count(f); i++) {
-        int t = cl_graph_find(g, cl_st_name(f, i));
+    for (size_t i = 0; i < src->count(f); i++) {
+        int t = cl_graph_find(g, src->name(f, i));
         if (t < 0 || !is_state(&g->tensors[t]))
-            list_add(list, sizeof list, &count, cl_st_name(f, i));
+            list_add(list, sizeof list, &count, src->name(f, i));
     }
     if (count) {
         s = list_error(path, "tensors unknown to the model", list, count);
@@ -114,13 +163,13 @@ cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
         const cl_gtensor *gt = &g->tensors[t];
         if (!is_state(gt))
             continue;
-        long i = cl_st_find(f, gt->name);
+        long i = src->find(f, gt->name);
         if (i < 0) {
-            list_add(list, sizeof list, &count, gt->name);
+            if (!(src->counters_optional && is_counter(gt)))
+                list_add(list, sizeof list, &count, gt->name);
             continue;
         }
-        cl_shape fs;
-        cl_st_info(f, (size_t)i, NULL, &fs);
+        cl_shape fs = src->shape(f, (size_t)i);
         int same = is_counter(gt) ? cl_shape_numel(&fs) == 1
                                   : cl_shape_equal(&fs, &gt->shape);
         if (same)
@@ -159,16 +208,17 @@ cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
         const cl_gtensor *gt = &g->tensors[t];
         if (!is_state(gt))
             continue;
-        long i = cl_st_find(f, gt->name);
-        cl_shape fs;
-        cl_st_info(f, (size_t)i, NULL, &fs);
+        long i = src->find(f, gt->name);
+        if (i < 0)
+            continue; /* an optional counter the file lacks */
+        cl_shape fs = src->shape(f, (size_t)i);
         float *dst = staging + gt->offset +
                      (gt->kind == CL_GT_BUFFER ? g->n_param_floats : 0);
         if (is_counter(gt)) {
             int64_t v = 0;
-            if ((s = cl_st_read_i64(f, (size_t)i, &v, 1)) != CL_OK) {
+            if ((s = src->read_i64(f, (size_t)i, &v, 1)) != CL_OK) {
                 /* Some writers keep the counter as a float. */
-                if ((s = cl_st_read_f32(f, (size_t)i, dst, 1)) != CL_OK)
+                if ((s = src->read_f32(f, (size_t)i, dst, 1)) != CL_OK)
                     goto fail;
             } else {
                 dst[0] = (float)v;
@@ -178,7 +228,7 @@ cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
             continue;
         } else {
             size_t n = (size_t)cl_shape_numel(&gt->shape);
-            if ((s = cl_st_read_f32(f, (size_t)i, dst, n)) != CL_OK)
+            if ((s = src->read_f32(f, (size_t)i, dst, n)) != CL_OK)
                 goto fail;
         }
         r.loaded++;
@@ -191,7 +241,6 @@ cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
     s = CL_OK;
 fail:
     cl_free(staging);
-    cl_st_close(f);
     return s;
 }
 

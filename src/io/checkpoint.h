@@ -39,6 +39,32 @@ typedef struct cl_ckpt_load_report {
     char head_note[512];
 } cl_ckpt_load_report;
 
+struct cl_st_file;
+
+/* Named tensors that a model's weights are copied from: a safetensors
+ * file, or one of interop/'s readers (a PyTorch .pth). */
+typedef struct cl_ckpt_source {
+    const char *path; /* for messages */
+    const void *ctx;
+    size_t (*count)(const void *ctx);
+    const char *(*name)(const void *ctx, size_t i);
+    long (*find)(const void *ctx, const char *name); /* index or -1 */
+    cl_shape (*shape)(const void *ctx, size_t i);
+    cl_status (*read_f32)(const void *ctx, size_t i, float *dst, size_t n);
+    cl_status (*read_i64)(const void *ctx, size_t i, int64_t *dst, size_t n);
+    /* Files from other tools may lack BN's num_batches_tracked (torchvision
+     * weights from before PyTorch 0.4, timm); set, the counters missing
+     * from the file keep their value. */
+    int counters_optional;
+} cl_ckpt_source;
+
+/* A source reading the open safetensors file f. */
+cl_ckpt_source cl_ckpt_source_st(const struct cl_st_file *f, const char *path);
+
+/* cl_ckpt_load_model on any source. */
+cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
+                              cl_ckpt_mode mode, cl_ckpt_load_report *rep);
+
 /* Copies the file's tensors into g's arenas by name.  Refuses, naming the
  * tensors (up to 8 listed, then a count): names the model lacks, tensors the
  * file lacks, shape mismatches, non-float data.  On failure g is unchanged. */

@@ -216,7 +216,8 @@ static const key keys[] = {
     K_INT(in_channels, 1, 3, "3",
           "input channels (1: gray; gray images are repeated to 3 when 3)"),
     K_STR(pretrained, "",
-          "safetensors checkpoint to initialise from (\"\": random init)"),
+          "weights to initialise from: safetensors, PyTorch .pth or "
+          "MindSpore .ckpt (\"\": random init)"),
     K_STR(resume, "",
           "checkpoint to continue training from (optimizer state, epoch)"),
     K_BOOL(freeze_backbone, "false",

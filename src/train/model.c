@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/mem.h"
+#include "interop/interop.h"
 #include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -64,60 +65,113 @@ static cl_status class_names(cl_model *m, const cl_st_file *f, const char *path)
     return s;
 }
 
-cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
-                        const char *backend, cl_plan_mode mode, int threads)
+/* A classic checkpoint: everything from its metadata. */
+static cl_status from_metadata(cl_model *m, const cl_st_file *f,
+                               const char *ckpt, const char *want)
 {
-    cl_st_file *f = NULL;
     int depth = 0;
-    memset(m, 0, sizeof *m);
-    cl_status s = cl_st_open(&f, ckpt);
-    if (s != CL_OK)
-        return s;
-    cl_config_defaults(&m->cfg);
+    cl_status s;
     const char *yaml = cl_st_metadata(f, CL_META_CONFIG);
     if (yaml && (s = cl_config_load_yaml_text(&m->cfg, yaml, strlen(yaml),
                                               ckpt)) != CL_OK)
-        goto fail;
+        return s;
     const char *arch = cl_st_metadata(f, CL_META_ARCH);
     const char *stem = cl_st_metadata(f, CL_META_STEM);
-    if (!arch || !stem) {
-        s = cl_error(CL_ERR_FORMAT,
-                     "%s: metadata lacks 'arch' or 'stem' (not a classic "
-                     "model checkpoint?)",
-                     ckpt);
-        goto fail;
-    }
+    if (!arch || !stem)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: metadata lacks 'arch' or 'stem' (not a classic "
+                        "model checkpoint?)",
+                        ckpt);
     m->arch = cl_resnet_config_default();
     if ((s = cl_resnet_arch_parse(arch, &depth)) != CL_OK ||
-        (s = cl_resnet_stem_parse(stem, &m->arch.stem)) != CL_OK) {
-        cl_error_wrap(s, "%s: metadata: ", ckpt);
-        goto fail;
-    }
+        (s = cl_resnet_stem_parse(stem, &m->arch.stem)) != CL_OK)
+        return cl_error_wrap(s, "%s: metadata: ", ckpt);
+    if (want && strcmp(want, arch) != 0)
+        return cl_error(CL_ERR_ARG, "%s: --arch %s, but the checkpoint is a %s",
+                        ckpt, want, arch);
     m->arch.depth = depth;
-    if ((s = meta_int(f, ckpt, CL_META_IN_CHANNELS, 1, 3, &m->in_c)) != CL_OK ||
-        (s = meta_int(f, ckpt, CL_META_NUM_CLASSES, 1, 100000,
-                      &m->num_classes)) != CL_OK ||
-        (s = meta_int(f, ckpt, CL_META_IMAGE_SIZE, 8, 4096, &m->side)) != CL_OK)
-        goto fail;
+    CL_TRY(meta_int(f, ckpt, CL_META_IN_CHANNELS, 1, 3, &m->in_c));
+    CL_TRY(meta_int(f, ckpt, CL_META_NUM_CLASSES, 1, 100000, &m->num_classes));
+    CL_TRY(meta_int(f, ckpt, CL_META_IMAGE_SIZE, 8, 4096, &m->side));
     m->arch.in_channels = m->in_c;
     m->arch.num_classes = m->num_classes;
-    if ((s = class_names(m, f, ckpt)) != CL_OK)
+    return class_names(m, f, ckpt);
+}
+
+/* Weights without classic's metadata (a .pth, a plain safetensors file):
+ * the arch from the tensors, torchvision's ImageNet eval pipeline (224,
+ * resize 256, centre crop, ImageNet mean/std) and, for a 1000-class head,
+ * ImageNet's class names. */
+static cl_status from_tensors(cl_model *m, const cl_weights *w,
+                              const char *ckpt, const char *want)
+{
+    char yaml[1024];
+    CL_TRY(cl_weights_infer(w, want, &m->arch));
+    m->in_c = m->arch.in_channels;
+    m->num_classes = m->arch.num_classes;
+    m->side = m->arch.stem == CL_STEM_IMAGENET ? 224 : 32;
+    int n = snprintf(yaml, sizeof yaml,
+                     "dataset: imagefolder\ndata_dir: ./images\n"
+                     "num_classes: %d\nimage_size: %d\ncrop_pct: 0.875\n"
+                     "random_resized_crop: true\nmodel: resnet%d\n"
+                     "stem: %s\nin_channels: %d\n",
+                     m->num_classes, m->side, m->arch.depth,
+                     cl_resnet_stem_name(m->arch.stem), m->in_c);
+    if (m->in_c == 3)
+        snprintf(yaml + n, sizeof yaml - (size_t)n,
+                 "mean: [0.485, 0.456, 0.406]\nstd: [0.229, 0.224, 0.225]\n");
+    CL_TRY(cl_config_load_yaml_text(&m->cfg, yaml, strlen(yaml), ckpt));
+    m->class_names = calloc((size_t)m->num_classes, sizeof *m->class_names);
+    if (!m->class_names)
+        return cl_error(CL_ERR_NOMEM, "class names");
+    for (int k = 0; k < m->num_classes; k++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "class %d", k);
+        m->class_names[k] =
+            strdup(m->num_classes == 1000 ? cl_imagenet_classes[k] : buf);
+        if (!m->class_names[k])
+            return cl_error(CL_ERR_NOMEM, "class names");
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
+                        const char *backend, cl_plan_mode mode, int threads)
+{
+    return cl_model_open_as(m, ckpt, NULL, batch, backend, mode, threads);
+}
+
+cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
+                           int batch, const char *backend, cl_plan_mode mode,
+                           int threads)
+{
+    cl_weights w;
+    memset(m, 0, sizeof *m);
+    cl_status s = cl_weights_open(&w, ckpt);
+    if (s != CL_OK)
+        return s;
+    cl_config_defaults(&m->cfg);
+    m->foreign = !w.classic;
+    s = w.classic ? from_metadata(m, w.st, ckpt, arch)
+                  : from_tensors(m, &w, ckpt, arch);
+    if (s != CL_OK)
         goto fail;
-    cl_st_close(f);
-    f = NULL;
     if ((s = cl_graph_init(&m->g, batch)) != CL_OK)
         goto fail;
     m->graph_ready = 1;
     if ((s = cl_resnet_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
             CL_OK ||
-        (s = cl_ckpt_load_model(ckpt, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
+        (s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
         goto fail;
+    cl_weights_close(&w);
+    if (!backend)
+        return CL_OK;
     cl_backend_opts bo = {.threads = threads};
     if ((s = cl_backend_create(&m->be, backend, &m->g, mode, &bo)) != CL_OK)
         goto fail;
     return CL_OK;
 fail:
-    cl_st_close(f);
+    cl_weights_close(&w);
     cl_model_close(m);
     return s;
 }

@@ -17,14 +17,25 @@ typedef struct cl_model {
     cl_graph g;
     int graph_ready;
     cl_backend *be;
+    int foreign; /* weights without classic's metadata (.pth, plain
+                    safetensors): arch inferred, ImageNet eval defaults */
 } cl_model;
 
-/* Opens ckpt for batches of `batch`.  m->cfg is the stored training
- * config; a caller may change it afterwards (e.g. data_dir on another
- * machine).  Messages name the checkpoint and the metadata field at
+/* Opens ckpt for batches of `batch`: a classic checkpoint, a plain
+ * safetensors file with torchvision's names, or a PyTorch .pth.  m->cfg is the
+ * stored training config; a caller may change it afterwards (e.g. data_dir on
+ * another machine).  Messages name the checkpoint and the metadata field at
  * fault. */
 cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
                         const char *backend, cl_plan_mode mode, int threads);
+/* As cl_model_open; arch (may be NULL) names the ResNet the weights must
+ * be: checked against a classic checkpoint's metadata, or against the
+ * block counts of weights without it (a .pth or plain safetensors file,
+ * whose arch is otherwise inferred; see cl_weights_infer).  backend NULL:
+ * the graph and its weights only, no backend (m->be NULL). */
+cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
+                           int batch, const char *backend, cl_plan_mode mode,
+                           int threads);
 void cl_model_close(cl_model *m);
 
 /* The eval transforms for src_h x src_w images (0 x 0: variable sizes). */

@@ -196,14 +196,19 @@ static cl_status build_model(run *r)
                    note);
             return CL_OK;
         }
+        /* safetensors (classic's or plain) or a PyTorch .pth. */
         cl_ckpt_load_report rep;
-        CL_TRY(cl_error_wrap(
-            cl_ckpt_load_model(c->pretrained, &r->g, CL_CKPT_PRETRAINED, &rep),
-            "pretrained weights: "));
+        cl_weights w;
+        cl_status s = cl_weights_open(&w, c->pretrained);
+        if (s == CL_OK)
+            s = cl_ckpt_load_source(&w.src, &r->g, CL_CKPT_PRETRAINED, &rep);
+        const char *kind = w.kind;
+        cl_weights_close(&w);
+        CL_TRY(cl_error_wrap(s, "pretrained weights: "));
         cl_log(r->lg, CL_LOG_INFO,
-               "pretrained: %d tensors loaded from %s; training starts at "
-               "step 0 with a fresh optimizer",
-               rep.loaded, c->pretrained);
+               "pretrained: %d tensors loaded from %s (%s); training starts "
+               "at step 0 with a fresh optimizer",
+               rep.loaded, c->pretrained, kind);
         if (rep.head_skipped)
             cl_log(r->lg, CL_LOG_WARN,
                    "pretrained: the head is re-initialised for %d classes "

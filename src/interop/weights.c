@@ -1,0 +1,162 @@
+/* Any model checkpoint classic reads (classic or plain safetensors, a
+ * PyTorch .pth) as one list of named tensors, and the torchvision ResNet
+ * that a list without classic's metadata fits. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "interop/interop.h"
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+static size_t pth_count(const void *ctx)
+{
+    return cl_pth_count(ctx);
+}
+
+static const char *pth_name(const void *ctx, size_t i)
+{
+    return cl_pth_name(ctx, i);
+}
+
+static long pth_find(const void *ctx, const char *name)
+{
+    return cl_pth_find(ctx, name);
+}
+
+static cl_shape pth_shape(const void *ctx, size_t i)
+{
+    return cl_pth_shape(ctx, i);
+}
+
+static cl_status pth_read_f32(const void *ctx, size_t i, float *dst, size_t n)
+{
+    return cl_pth_read_f32(ctx, i, dst, n);
+}
+
+static cl_status pth_read_i64(const void *ctx, size_t i, int64_t *dst, size_t n)
+{
+    return cl_pth_read_i64(ctx, i, dst, n);
+}
+
+cl_status cl_weights_open(cl_weights *w, const char *path)
+{
+    unsigned char head[4] = {0};
+    memset(w, 0, sizeof *w);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cl_error(CL_ERR_IO, "%s: cannot open (%s)", path,
+                        strerror(errno));
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    /* A zip (torch.save since 1.6) or a bare pickle (torch < 1.6, refused
+     * by the reader with the reason). */
+    if ((got == 4 && memcmp(head, "PK\3\4", 4) == 0) ||
+        (got >= 2 && head[0] == 0x80 && head[1] <= 5)) {
+        CL_TRY(cl_pth_open(&w->pth, path));
+        w->src = (cl_ckpt_source){path,         w->pth,       pth_count,
+                                  pth_name,     pth_find,     pth_shape,
+                                  pth_read_f32, pth_read_i64, 1};
+        w->kind = "PyTorch .pth";
+        return CL_OK;
+    }
+    CL_TRY(cl_st_open(&w->st, path));
+    w->src = cl_ckpt_source_st(w->st, path);
+    w->classic = cl_st_metadata(w->st, CL_META_ARCH) != NULL;
+    w->src.counters_optional = !w->classic;
+    w->kind = "safetensors";
+    return CL_OK;
+}
+
+void cl_weights_close(cl_weights *w)
+{
+    cl_st_close(w->st);
+    cl_pth_close(w->pth);
+    memset(w, 0, sizeof *w);
+}
+
+/* Shape of the tensor called name; ndim -1 when absent. */
+static cl_shape shape_of(const cl_weights *w, const char *name)
+{
+    long i = w->src.find(w->src.ctx, name);
+    cl_shape s = {-1, {0}};
+    if (i >= 0)
+        s = w->src.shape(w->src.ctx, (size_t)i);
+    return s;
+}
+
+cl_status cl_weights_infer(const cl_weights *w, const char *arch,
+                           cl_resnet_config *rc)
+{
+    const char *path = w->src.path;
+    *rc = cl_resnet_config_default();
+    cl_shape c1 = shape_of(w, "conv1.weight"), fc = shape_of(w, "fc.weight");
+    if (c1.ndim != 4 || fc.ndim != 2)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: no 4-d conv1.weight and 2-d fc.weight: not a "
+                        "torchvision-style ResNet state_dict",
+                        path);
+    /* Blocks per stage: the highest index M of any layerN.M. name. */
+    int blocks[4] = {0, 0, 0, 0};
+    size_t n = w->src.count(w->src.ctx);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = w->src.name(w->src.ctx, i);
+        int L = 0, M = 0, used = 0;
+        if (sscanf(s, "layer%d.%d.%n", &L, &M, &used) == 2 && used > 0 &&
+            L >= 1 && L <= 4 && M >= 0 && M < 1000 && M + 1 > blocks[L - 1])
+            blocks[L - 1] = M + 1;
+    }
+    int bottleneck = shape_of(w, "layer1.0.conv3.weight").ndim >= 0;
+    static const struct {
+        int depth, bottleneck, b[4];
+    } known[] = {{18, 0, {2, 2, 2, 2}},
+                 {34, 0, {3, 4, 6, 3}},
+                 {50, 1, {3, 4, 6, 3}},
+                 {101, 1, {3, 4, 23, 3}},
+                 {152, 1, {3, 8, 36, 3}}};
+    int depth = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (known[k].bottleneck == bottleneck &&
+            memcmp(known[k].b, blocks, sizeof blocks) == 0)
+            depth = known[k].depth;
+    if (!depth)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: %s blocks %d-%d-%d-%d in layer1..4 are no "
+                        "torchvision ResNet (18/34: basic 2-2-2-2/3-4-6-3; "
+                        "50/101/152: bottleneck 3-4-6-3/3-4-23-3/3-8-36-3)",
+                        path, bottleneck ? "bottleneck" : "basic", blocks[0],
+                        blocks[1], blocks[2], blocks[3]);
+    if (arch) {
+        int want = 0;
+        CL_TRY(cl_resnet_arch_parse(arch, &want));
+        if (want != depth)
+            return cl_error(CL_ERR_SHAPE,
+                            "%s: --arch %s, but the weights' blocks are "
+                            "those of resnet%d",
+                            path, arch, depth);
+    }
+    /* A bottleneck's first 1x1 conv is 64 wide in layer1 (wide_resnet
+     * doubles it; resnext groups the 3x3 that follows). */
+    cl_shape b1 = shape_of(w, "layer1.0.conv1.weight");
+    cl_shape b2 = shape_of(w, "layer1.0.conv2.weight");
+    if (b1.ndim != 4 || b1.d[0] != 64 || b2.ndim != 4 || b2.d[1] != 64)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "%s: layer1.0's convs are not 64 channels wide "
+                        "(a wide_resnet or resnext?): only torchvision's "
+                        "plain ResNets are built",
+                        path);
+    if (c1.d[1] < 1 || c1.d[1] > 3 || fc.d[0] < 1 || fc.d[0] > 100000)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: conv1.weight takes %lld input channels and "
+                        "fc.weight has %lld classes (expected 1..3 and "
+                        "1..100000)",
+                        path, (long long)c1.d[1], (long long)fc.d[0]);
+    rc->depth = depth;
+    rc->in_channels = (int)c1.d[1];
+    rc->num_classes = (int)fc.d[0];
+    /* 3x3 conv1: the CIFAR stem (a pooled variant cannot be told from the
+     * weights; classic's own checkpoints name it in their metadata). */
+    rc->stem = c1.d[2] == 3 ? CL_STEM_CIFAR : CL_STEM_IMAGENET;
+    return CL_OK;
+}
