@@ -147,23 +147,6 @@ CL_TEST(cli_data_commands)
     CHECK(strstr(buf, "needs --out"));
 }
 
-/* root/<split>/{a,b}/ with n JPEGs. */
-static void write_split(const char *root, const char *split, int n)
-{
-    char p[1400];
-    mkdir(root, 0755);
-    snprintf(p, sizeof p, "%s/%s", root, split);
-    mkdir(p, 0755);
-    for (int c = 0; c < 2; c++) {
-        snprintf(p, sizeof p, "%s/%s/%c", root, split, 'a' + c);
-        mkdir(p, 0755);
-    }
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s/%c/%d.jpg", root, split, 'a' + i % 2, i);
-        REQUIRE(fx_jpeg(p, 20, 24, 3, 90) == 0);
-    }
-}
-
 /* The data commands read a data_dir as training does: a root of splits
  * gives its train/ (--usage val: its val/), and a root given where a
  * split is wanted is named as such. */
@@ -172,8 +155,8 @@ CL_TEST(cli_data_on_a_root_of_splits)
     static char buf[1 << 16];
     char args[2048], root[1024];
     snprintf(root, sizeof root, "%s", cl_test_path("splits"));
-    write_split(root, "train", 6);
-    write_split(root, "val", 4);
+    REQUIRE(fx_image_split(root, "train", 6) == 0);
+    REQUIRE(fx_image_split(root, "val", 4) == 0);
     snprintf(args, sizeof args, "data info %s", root);
     CHECK(run_cli(args, buf, sizeof buf) == 0);
     CHECK(strstr(buf, "split     train of ") != NULL);
@@ -199,7 +182,7 @@ CL_TEST(cli_data_on_a_root_of_splits)
     /* No val/ or test/: one sentence saying what to give. */
     char lone[1024];
     snprintf(lone, sizeof lone, "%s", cl_test_path("trainonly"));
-    write_split(lone, "train", 2);
+    REQUIRE(fx_image_split(lone, "train", 2) == 0);
     snprintf(args, sizeof args, "data info %s --usage test", lone);
     CHECK(run_cli(args, buf, sizeof buf) != 0);
     CHECK(strstr(buf, "holds splits but no val/ or test/ folder") != NULL);

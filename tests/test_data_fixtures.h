@@ -165,4 +165,24 @@ static inline void fx_cifar10(const char *base, int per_batch, int n_test)
     free(buf);
 }
 
+/* An ImageFolder split: n JPEGs (20x24 RGB) in root/<split>/{a,b}/,
+ * alternating classes; 0 on success. */
+static inline int fx_image_split(const char *root, const char *split, int n)
+{
+    char p[1400];
+    mkdir(root, 0755);
+    snprintf(p, sizeof p, "%s/%s", root, split);
+    mkdir(p, 0755);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/%s/%c", root, split, 'a' + c);
+        mkdir(p, 0755);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s/%c/%d.jpg", root, split, 'a' + i % 2, i);
+        if (fx_jpeg(p, 20, 24, 3, 90) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 #endif

@@ -496,23 +496,6 @@ static int count_of(const char *text, const char *needle)
     return n;
 }
 
-/* Writes n small JPEGs into root/<split>/{a,b}/. */
-static void write_split(const char *root, const char *split, int n)
-{
-    char p[1400];
-    mkdir(root, 0755);
-    snprintf(p, sizeof p, "%s/%s", root, split);
-    mkdir(p, 0755);
-    for (int c = 0; c < 2; c++) {
-        snprintf(p, sizeof p, "%s/%s/%c", root, split, 'a' + c);
-        mkdir(p, 0755);
-    }
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s/%c/%d.jpg", root, split, 'a' + i % 2, i);
-        REQUIRE(fx_jpeg(p, 20 + i % 3, 24, 3, 90) == 0);
-    }
-}
-
 CL_TEST(val_split_empty_means_no_validation)
 {
     /* Fashion-MNIST: no evaluation although val_interval is 1. */
@@ -532,8 +515,8 @@ CL_TEST(val_split_empty_means_no_validation)
     CHECK(count_of(m, "\"kind\":\"eval\"") == 0);
     /* An ImageFolder root of splits: the root is not read as a split. */
     const char *root = cl_test_path("splits");
-    write_split(root, "train", 8);
-    write_split(root, "val", 4);
+    REQUIRE(fx_image_split(root, "train", 8) == 0);
+    REQUIRE(fx_image_split(root, "val", 4) == 0);
     snprintf(args, sizeof args,
              "train --dataset imagefolder --data_dir %s --model resnet18 "
              "--image_size 32 --batch_size 4 --epoch_size 1 --val_split \"\" "

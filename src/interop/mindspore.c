@@ -401,23 +401,6 @@ static int ends_with_nbt(const char *s)
     return n >= k && strcmp(s + n - k, "num_batches_tracked") == 0;
 }
 
-static float half_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31,
-             m = h & 1023u, u;
-    if (e == 0) {
-        float v = ldexpf((float)m, -24);
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        u = sign | 0x7f800000u | (m << 13);
-    else
-        u = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void to_f32(const cl_ms_tensor *t, float *dst, size_t n)
 {
     const uint8_t *p = t->data;
@@ -431,7 +414,7 @@ static void to_f32(const cl_ms_tensor *t, float *dst, size_t n)
         } else {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = strcmp(t->dtype, "Float16") == 0 ? half_to_f32(h)
+            dst[i] = strcmp(t->dtype, "Float16") == 0 ? cl_f32_from_f16(h)
                                                       : cl_f32_from_bf16(h);
         }
     }

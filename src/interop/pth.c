@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "interop/interop.h"
+#include "tensor/tensor.h"
 
 /* Bounds on what a state_dict needs; a file past them is refused. */
 #define PTH_MAX_FILE ((uint64_t)1 << 36) /* 64 GiB */
@@ -1280,24 +1281,6 @@ long cl_pth_find(const cl_pth *p, const char *name)
     return -1;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u,
-             m = h & 1023u, u;
-    if (e == 0) {
-        /* Subnormal or zero: m * 2^-24, exact in f32. */
-        float v = (float)m * (1.0f / 16777216.0f);
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        u = sign | 0x7f800000u | (m << 13);
-    else
-        u = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Element at storage index k, as a double (exact for every dtype but
  * int64 past 2^53, which read_i64 reads directly). */
 static double elem(const ptensor *t, int64_t k)
@@ -1310,7 +1293,7 @@ static double elem(const ptensor *t, int64_t k)
         return f;
     }
     case D_F16:
-        return f16_to_f32(rd16(q));
+        return cl_f32_from_f16(rd16(q));
     case D_BF16:
         return cl_f32_from_bf16(rd16(q));
     case D_F64: {

@@ -526,26 +526,6 @@ const void *cl_st_data(const cl_st_file *f, size_t i, size_t *nbytes)
     return f->buf + f->t[i].begin;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t ex = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    if (ex == 0x1F) {
-        bits = sign | 0x7F800000u | (man << 13);
-    } else if (ex != 0) {
-        bits = sign | ((ex + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal half: value man * 2^-24, exact in f32. */
-        float v = (float)man * 5.9604644775390625e-08f;
-        return sign ? -v : v;
-    }
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
 static cl_status check_n(const cl_st_file *f, size_t i, size_t n)
 {
     if (n != f->t[i].numel)
@@ -576,8 +556,8 @@ cl_status cl_st_read_f32(const cl_st_file *f, size_t i, float *dst, size_t n)
         return CL_OK;
     case CL_ST_F16:
         for (size_t k = 0; k < n; k++)
-            dst[k] =
-                f16_to_f32((uint16_t)(p[2 * k] | (unsigned)p[2 * k + 1] << 8));
+            dst[k] = cl_f32_from_f16(
+                (uint16_t)(p[2 * k] | (unsigned)p[2 * k + 1] << 8));
         return CL_OK;
     case CL_ST_F64:
         for (size_t k = 0; k < n; k++) {

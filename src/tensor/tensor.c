@@ -173,6 +173,24 @@ uint16_t cl_bf16_from_f32(float f)
     return (uint16_t)(u >> 16);
 }
 
+float cl_f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u,
+             m = h & 1023u, u;
+    if (e == 0) {
+        /* Zero or subnormal: m * 2^-24, exact in f32. */
+        float v = (float)m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        u = sign | 0x7f800000u | (m << 13);
+    else
+        u = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 float cl_f32_from_bf16(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;

@@ -57,6 +57,8 @@ int64_t cl_tensor_numel(const cl_tensor *t);
 size_t cl_tensor_bytes(const cl_tensor *t);
 void cl_tensor_free(cl_tensor *t);
 
+/* IEEE half (f16) to f32, exactly: subnormals, infinities and NaNs too. */
+float cl_f32_from_f16(uint16_t h);
 /* bf16: the upper half of an f32, rounded to nearest even; NaN stays NaN. */
 uint16_t cl_bf16_from_f32(float f);
 float cl_f32_from_bf16(uint16_t h);
