@@ -118,6 +118,17 @@ cl_status cl_pth_read_i64(const cl_pth *p, size_t i, int64_t *dst, size_t n);
  * classic safetensors file (with its metadata), a plain safetensors file
  * (torchvision names, no metadata: timm, safetensors.torch.save_file) or
  * a PyTorch .pth, told apart by the first bytes. */
+/* What a weights file is, from its first bytes. */
+typedef enum cl_weights_format {
+    CL_WF_UNKNOWN = 0,
+    CL_WF_SAFETENSORS, /* u64 header length, then the JSON's '{' */
+    CL_WF_PTH,         /* a zip (torch.save >= 1.6) or a bare pickle */
+    CL_WF_MINDSPORE    /* a protobuf Checkpoint: field 1, length-delimited */
+} cl_weights_format;
+
+/* The format of the file at path; CL_ERR_IO when it cannot be read. */
+cl_status cl_weights_sniff(const char *path, cl_weights_format *fmt);
+
 typedef struct cl_weights {
     cl_ckpt_source src;
     struct cl_st_file *st; /* safetensors */

@@ -12,22 +12,10 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
                                      cl_ckpt_mode mode, char *note,
                                      size_t note_n)
 {
-    unsigned char head[9];
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return cl_error(CL_ERR_IO, "%s: cannot open (%s)", path,
-                        strerror(errno));
-    size_t got = fread(head, 1, sizeof head, f);
-    fclose(f);
+    cl_weights_format fmt;
     cl_status s;
-    /* safetensors: u64 header length, then the JSON's '{'; a PyTorch
-     * .pth: a zip (torch.save since 1.6), or a bare pickle (older; the
-     * reader refuses it saying so). */
-    int st =
-        got == sizeof head && head[8] == '{' && head[6] == 0 && head[7] == 0;
-    int pth = (got >= 4 && memcmp(head, "PK\3\4", 4) == 0) ||
-              (got >= 2 && head[0] == 0x80 && head[1] <= 5);
-    if (st || pth) {
+    CL_TRY(cl_weights_sniff(path, &fmt));
+    if (fmt == CL_WF_SAFETENSORS || fmt == CL_WF_PTH) {
         cl_weights w;
         cl_ckpt_load_report rep;
         memset(&rep, 0, sizeof rep);
@@ -43,8 +31,7 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
         cl_weights_close(&w);
         return s;
     }
-    /* A MindSpore Checkpoint starts with field 1, length-delimited. */
-    if (got >= 1 && head[0] == 0x0a) {
+    if (fmt == CL_WF_MINDSPORE) {
         cl_ms_report rep;
         s = cl_ms_load(path, g, mode, &rep);
         if (s == CL_OK && note)
@@ -58,6 +45,7 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
     }
     return cl_error(CL_ERR_FORMAT,
                     "%s: neither safetensors nor a MindSpore checkpoint "
-                    "nor a PyTorch .pth (first bytes %s)",
-                    path, got ? "unrecognised" : "missing");
+                    "nor a PyTorch .pth (its first bytes are none of "
+                    "theirs)",
+                    path);
 }

@@ -40,20 +40,34 @@ static cl_status pth_read_i64(const void *ctx, size_t i, int64_t *dst, size_t n)
     return cl_pth_read_i64(ctx, i, dst, n);
 }
 
-cl_status cl_weights_open(cl_weights *w, const char *path)
+cl_status cl_weights_sniff(const char *path, cl_weights_format *fmt)
 {
-    unsigned char head[4] = {0};
-    memset(w, 0, sizeof *w);
+    unsigned char head[9] = {0};
+    *fmt = CL_WF_UNKNOWN;
     FILE *f = fopen(path, "rb");
     if (!f)
         return cl_error(CL_ERR_IO, "%s: cannot open (%s)", path,
                         strerror(errno));
     size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
-    /* A zip (torch.save since 1.6) or a bare pickle (torch < 1.6, refused
-     * by the reader with the reason). */
-    if ((got == 4 && memcmp(head, "PK\3\4", 4) == 0) ||
-        (got >= 2 && head[0] == 0x80 && head[1] <= 5)) {
+    /* A .pth is a zip (torch.save since 1.6) or a bare pickle (torch <
+     * 1.6, which the reader refuses saying so). */
+    if (got == sizeof head && head[8] == '{' && head[6] == 0 && head[7] == 0)
+        *fmt = CL_WF_SAFETENSORS;
+    else if ((got >= 4 && memcmp(head, "PK\3\4", 4) == 0) ||
+             (got >= 2 && head[0] == 0x80 && head[1] <= 5))
+        *fmt = CL_WF_PTH;
+    else if (got >= 1 && head[0] == 0x0a)
+        *fmt = CL_WF_MINDSPORE;
+    return CL_OK;
+}
+
+cl_status cl_weights_open(cl_weights *w, const char *path)
+{
+    cl_weights_format fmt;
+    memset(w, 0, sizeof *w);
+    CL_TRY(cl_weights_sniff(path, &fmt));
+    if (fmt == CL_WF_PTH) {
         CL_TRY(cl_pth_open(&w->pth, path));
         w->src = (cl_ckpt_source){path,         w->pth,       pth_count,
                                   pth_name,     pth_find,     pth_shape,
