@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/onednn_arena.h"
-#include "backend/onednn_bn.h"
+#include "backend/onednn/context.h"
+#include "backend/onednn/bn.h"
 #include "backend/onednn_info.h"
 #include "core/error.h"
 #include "core/mem.h"
