@@ -434,10 +434,9 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
-    dn_step *s;
     dnnl_dims_t wdims, strides, dil, pl, pr;
-    dnnl_memory_desc_t wany, wf32, wplain, bmd, dwmd, dyc_md;
-    int dy, dyc, tmp, tgt, acc;
+    dnnl_memory_desc_t wany, wf32, wplain, bmd, dyc_md;
+    int dy, dyc, tgt, acc;
     int path = 0; /* cl_dnnl_conv_paths of this node */
     /* src as the forward read it (bf16 under amp); dx in the input's own
      * type and layout; dy and the weights in the compute type. */
@@ -470,19 +469,8 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
        i, "convolution backward weights descriptor");
     TRY(cl_dnnl_prim_make(d, i, "convolution backward weights", &cd, NULL,
                           d->nd[i].fwd_pd, &pd, &prim));
-    dwmd = cl_dnnl_qmd(pd, dnnl_query_diff_weights_md, 0);
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "convolution backward weights",
-                          tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, xs, smd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    TRY(cl_dnnl_diff_weights(d, i, s, &dwmd, &wplain, gw, &tmp));
-    if (a->has_bias)
-        cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_BIAS, cl_graph_grad(g, n->param[1]),
-                        &bmd);
-    TRY(cl_dnnl_diff_weights_back(d, i, tmp, &dwmd, &wplain, gw));
-    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
-    if (a->has_bias)
-        TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+    TRY(cl_dnnl_wgrad_step(d, i, "convolution backward weights", pd, prim, xs,
+                           smd, dy, dmd, &wplain, a->has_bias ? &bmd : NULL));
 
 data:
     d->part = 2;

@@ -448,6 +448,12 @@ cl_status cl_dnnl_diff_weights_back(dn_ctx *d, int i, int tmp,
                                     const dnnl_memory_desc_t *dwmd,
                                     const dnnl_memory_desc_t *plain,
                                     float *grad);
+cl_status cl_dnnl_wgrad_step(dn_ctx *d, int i, const char *what,
+                             dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
+                             int src, const dnnl_memory_desc_t *smd, int dy,
+                             const dnnl_memory_desc_t *dmd,
+                             const dnnl_memory_desc_t *wplain,
+                             const dnnl_memory_desc_t *bmd);
 cl_status cl_dnnl_bwd_data_step(dn_ctx *d, int i, const char *what,
                                 dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
                                 int dy, const dnnl_memory_desc_t *dmd,

@@ -83,10 +83,9 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
     dnnl_inner_product_desc_t ipd;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
-    dn_step *s;
     dnnl_dims_t wdims;
-    dnnl_memory_desc_t wany, wf32, wplain, bmd, dwmd, dyc_md;
-    int dy, dyc, tmp, tgt, acc;
+    dnnl_memory_desc_t wany, wf32, wplain, bmd, dyc_md;
+    int dy, dyc, tgt, acc;
     /* As for convolutions: src as read by forward, dx in the input's type,
      * dy (f32 from the loss) cast to the compute type. */
     const dnnl_memory_desc_t *smd = &x->src_md;
@@ -108,20 +107,9 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
        i, "inner product backward weights descriptor");
     TRY(cl_dnnl_prim_make(d, i, "inner product backward weights", &ipd, NULL,
                           d->nd[i].fwd_pd, &pd, &prim));
-    dwmd = cl_dnnl_qmd(pd, dnnl_query_diff_weights_md, 0);
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "inner product backward weights",
-                          tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, x->src, smd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    float *gw = cl_graph_grad(g, n->param[0]);
-    TRY(cl_dnnl_diff_weights(d, i, s, &dwmd, &wplain, gw, &tmp));
-    if (a->has_bias)
-        cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_BIAS, cl_graph_grad(g, n->param[1]),
-                        &bmd);
-    TRY(cl_dnnl_diff_weights_back(d, i, tmp, &dwmd, &wplain, gw));
-    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
-    if (a->has_bias)
-        TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+    TRY(cl_dnnl_wgrad_step(d, i, "inner product backward weights", pd, prim,
+                           x->src, smd, dy, dmd, &wplain,
+                           a->has_bias ? &bmd : NULL));
 
     TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)

@@ -146,6 +146,38 @@ fail:
     return st;
 }
 
+/* The weight-gradient step of conv or linear node i made from pd / prim:
+ * src (smd) and dy (dmd) into the parameter's gradient (plain md wplain),
+ * by way of a reorder when pd writes another layout, and the bias's when
+ * bmd is not NULL; then the gradient-ready hooks of both. */
+cl_status cl_dnnl_wgrad_step(dn_ctx *d, int i, const char *what,
+                             dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
+                             int src, const dnnl_memory_desc_t *smd, int dy,
+                             const dnnl_memory_desc_t *dmd,
+                             const dnnl_memory_desc_t *wplain,
+                             const dnnl_memory_desc_t *bmd)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    float *gw = cl_graph_grad(d->g, n->param[0]);
+    dnnl_memory_desc_t dwmd = cl_dnnl_qmd(pd, dnnl_query_diff_weights_md, 0);
+    dn_step *s;
+    int tmp;
+    TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
+    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, smd);
+    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
+    TRY(cl_dnnl_diff_weights(d, i, s, &dwmd, wplain, gw, &tmp));
+    if (bmd)
+        cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_BIAS, cl_graph_grad(d->g, n->param[1]),
+                        bmd);
+    TRY(cl_dnnl_diff_weights_back(d, i, tmp, &dwmd, wplain, gw));
+    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
+    if (bmd)
+        TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+fail:
+    return st;
+}
+
 /* The weights copy backward-data reads: the forward copy when the layouts
  * agree, else a copy reordered from the forward copy (blocked to blocked
  * moves whole 16x16 tiles, faster than from the plain arena). */

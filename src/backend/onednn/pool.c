@@ -2,20 +2,14 @@
  * backward planning side by side. */
 #include "backend/onednn/internal.h"
 
-/* Max pooling, or global average pooling when gap != 0. */
-static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
+/* Output dims (N, C, OH, OW) and the pooling geometry of node i: max
+ * pooling, or global average pooling when gap != 0. */
+static void pool_geometry(dn_ctx *d, int i, int gap, dnnl_dims_t ddims,
+                          dnnl_dims_t strides, dnnl_dims_t kernel,
+                          dnnl_dims_t pl, dnnl_dims_t pr)
 {
-    cl_status st = CL_OK;
     const cl_node *n = &d->g->nodes[i];
-    dn_node *x = &d->nd[i];
     const cl_shape *xs = &gt(d, n->in[0])->shape;
-    dnnl_pooling_desc_t pdsc;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    dnnl_dims_t ddims, strides, kernel, pl, pr;
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
-    dnnl_memory_desc_t smd = *in_md(d, n->in[0]), dmd, wsmd;
     ddims[0] = xs->d[0];
     ddims[1] = xs->d[1];
     if (gap) {
@@ -24,20 +18,36 @@ static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
         kernel[0] = xs->d[2];
         kernel[1] = xs->d[3];
         pl[0] = pl[1] = pr[0] = pr[1] = 0;
-    } else {
-        const cl_maxpool2d_attr *a = &n->attr.maxpool2d;
-        const cl_shape *ys = &gt(d, n->out)->shape;
-        ddims[2] = ys->d[2];
-        ddims[3] = ys->d[3];
-        strides[0] = a->sh;
-        strides[1] = a->sw;
-        kernel[0] = a->kh;
-        kernel[1] = a->kw;
-        pl[0] = a->ph;
-        pl[1] = a->pw;
-        pr[0] = (ddims[2] - 1) * a->sh + a->kh - xs->d[2] - a->ph;
-        pr[1] = (ddims[3] - 1) * a->sw + a->kw - xs->d[3] - a->pw;
+        return;
     }
+    const cl_maxpool2d_attr *a = &n->attr.maxpool2d;
+    const cl_shape *ys = &gt(d, n->out)->shape;
+    ddims[2] = ys->d[2];
+    ddims[3] = ys->d[3];
+    strides[0] = a->sh;
+    strides[1] = a->sw;
+    kernel[0] = a->kh;
+    kernel[1] = a->kw;
+    pl[0] = a->ph;
+    pl[1] = a->pw;
+    pr[0] = (ddims[2] - 1) * a->sh + a->kh - xs->d[2] - a->ph;
+    pr[1] = (ddims[3] - 1) * a->sw + a->kw - xs->d[3] - a->pw;
+}
+
+/* Max pooling, or global average pooling when gap != 0. */
+static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    dn_node *x = &d->nd[i];
+    dnnl_pooling_desc_t pdsc;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    dnnl_dims_t ddims, strides, kernel, pl, pr;
+    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    dnnl_memory_desc_t smd = *in_md(d, n->in[0]), dmd, wsmd;
+    pool_geometry(d, i, gap, ddims, strides, kernel, pl, pr);
     cl_dnnl_md_any(&dmd, 4, ddims, smd.data_type);
     DN(dnnl_pooling_forward_desc_init(
            &pdsc,
@@ -72,12 +82,11 @@ static cl_status plan_pool_bwd(dn_ctx *d, int i, int gap)
     cl_status st = CL_OK;
     const cl_node *n = &d->g->nodes[i];
     dn_node *x = &d->nd[i];
-    const cl_shape *xs = &gt(d, n->in[0])->shape;
     dnnl_pooling_desc_t pdsc;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dn_step *s;
-    dnnl_dims_t strides, kernel, pl, pr;
+    dnnl_dims_t ddims, strides, kernel, pl, pr;
     int dy, tgt, acc;
     const dnnl_memory_desc_t *smd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = in_md(d, n->out);
@@ -85,22 +94,7 @@ static cl_status plan_pool_bwd(dn_ctx *d, int i, int gap)
     TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
-    if (gap) {
-        strides[0] = strides[1] = 1;
-        kernel[0] = xs->d[2];
-        kernel[1] = xs->d[3];
-        pl[0] = pl[1] = pr[0] = pr[1] = 0;
-    } else {
-        const cl_maxpool2d_attr *a = &n->attr.maxpool2d;
-        strides[0] = a->sh;
-        strides[1] = a->sw;
-        kernel[0] = a->kh;
-        kernel[1] = a->kw;
-        pl[0] = a->ph;
-        pl[1] = a->pw;
-        pr[0] = (dmd->dims[2] - 1) * a->sh + a->kh - xs->d[2] - a->ph;
-        pr[1] = (dmd->dims[3] - 1) * a->sw + a->kw - xs->d[3] - a->pw;
-    }
+    pool_geometry(d, i, gap, ddims, strides, kernel, pl, pr);
     DN(dnnl_pooling_backward_desc_init(
            &pdsc, gap ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_max,
            smd, dmd, strides, kernel, pl, pr),
