@@ -1,5 +1,6 @@
 /* Backend creation by name and destruction; the steps themselves are
  * inline calls through the vtable (backend.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -75,4 +76,27 @@ const char *cl_backend_conv_paths(const cl_backend *be)
 void cl_backend_tune_counts(const cl_backend *be, int *measured, int *rewritten)
 {
     cl_dnnl_tune_counts(be, measured, rewritten);
+}
+
+unsigned cl_backend_fallback_ops(const cl_backend *be)
+{
+    return be ? cl_dnnl_fallback_ops(be) : 0;
+}
+
+void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n)
+{
+    unsigned ops = cl_backend_fallback_ops(be);
+    size_t len = 0;
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    for (int k = 0; k < CL_OP_COUNT; k++) {
+        if (!(ops >> k & 1u))
+            continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "",
+                         cl_op_name((cl_op_kind)k));
+        if (w < 0 || (size_t)w >= n - len)
+            return; /* truncated */
+        len += (size_t)w;
+    }
 }

@@ -1,10 +1,12 @@
 /* A backend runs a planned graph: the reference loops (`ref`) or oneDNN
  * (`onednn`).  Model and training code call only these functions and never
  * name a backend; a backend that does not support a node runs it with the
- * reference kernel on plain copies (the `supports` check). */
+ * reference kernel on plain copies (the `supports` check; ref_ops.h has the
+ * kernels, cl_backend_fallback_ops says which ops fell back). */
 #ifndef CL_BACKEND_BACKEND_H
 #define CL_BACKEND_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "graph/graph.h"
@@ -18,7 +20,7 @@ typedef struct cl_backend_opts {
     int threads;   /* 0: OpenMP's default */
     int amp_level; /* 0: f32; 1: bf16 conv/matmul; 2: bf16 activations too */
     /* oneDNN: 1 runs every conv as oneDNN's convolution primitives; 0
-     * (default) computes some shapes another way (onednn.c): the weight
+     * (default) computes some shapes another way (onednn/conv.c): the weight
      * gradient of small outputs as im2col + matmul (wgrad_as_matmul), the
      * backward data of strided 1x1 convs on the stride grid
      * (dgrad_unstrided). */
@@ -38,6 +40,10 @@ typedef struct cl_backend_opts {
      * the first did; NULL to decide anew.  Takes precedence over
      * autotune. */
     const char *conv_paths;
+    /* Tests: ops (bit 1u << op) that the onednn backend runs through the
+     * reference fallback although it has kernels for them, so that the
+     * fallback can be held against the ref backend; 0 in normal use. */
+    unsigned fallback_ops;
 } cl_backend_opts;
 
 typedef struct cl_backend_vtbl {
@@ -104,6 +110,13 @@ const char *cl_backend_conv_paths(const cl_backend *be);
  * the ones planned the other way; 0 and 0 without. */
 void cl_backend_tune_counts(const cl_backend *be, int *measured,
                             int *rewritten);
+
+/* The ops whose nodes this plan runs through the reference fallback (the
+ * backend's supports() turned them down), as bits 1u << op; 0 when every
+ * node runs on the backend's own kernels. */
+unsigned cl_backend_fallback_ops(const cl_backend *be);
+/* Their names, comma-separated, into buf ("" when none). */
+void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n);
 
 static inline cl_status cl_backend_set_input(cl_backend *be, const float *x,
                                              const int32_t *labels,

@@ -29,5 +29,8 @@ const char *cl_dnnl_conv_paths(const struct cl_backend *be);
  * 0 when the plan measured nothing. */
 void cl_dnnl_tune_counts(const struct cl_backend *be, int *measured,
                          int *rewritten);
+/* The ops of the plan run by the reference fallback (bits 1u << op); 0
+ * for another backend. */
+unsigned cl_dnnl_fallback_ops(const struct cl_backend *be);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/ref_ops.h"
 #include "core/error.h"
 #include "core/mem.h"
 
@@ -18,22 +19,18 @@ typedef struct ref_state {
     unsigned char *grad_owned; /* grad[t] allocated for t */
     int *overwritten_by;       /* node that overwrote act[t] in place, or -1 */
     unsigned char *written;    /* backward: grad[t] holds a value this step */
-    /* Per node (g->n_nodes): BN batch mean / invstd (C) and, with SyncBN,
-     * the global sample count; maxpool argmax (N,C,OH,OW). */
-    float **mean;
-    float **invstd;
-    double *bn_count;
-    int32_t **idx;
-    float *probs;    /* (N,K) saved by the loss */
-    int32_t *labels; /* (N) */
-    float *targets;  /* (N,K) */
-    float *scratch;  /* largest activation: a second consumer's gradient */
-    double *stats;   /* SyncBN sums: 2 * max channels + 1 */
-    int max_channels;
+    cl_ref_saved *saved;       /* per node (g->n_nodes) */
+    int32_t *labels;           /* (N) */
+    float *targets;            /* (N,K) */
+    /* Largest activation, one per input position: where a gradient goes
+     * when another consumer already wrote the tensor's. */
+    float *scratch[CL_NODE_MAX_IN];
+    double *sums; /* reduction sums of the kernels (SyncBN) */
     int have_labels, have_targets;
     int fwd_done, fwd_training, loss_valid;
 } ref_state;
 
+/* Every op: cl_ref_kernels has an entry for each line of ops.def. */
 static int ref_supports(const cl_node *n)
 {
     return n->op >= 0 && n->op < CL_OP_COUNT;
@@ -59,29 +56,20 @@ static void ref_destroy(cl_backend *be)
         if (st->grad && st->grad_owned && st->grad_owned[t])
             cl_free(st->grad[t]);
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (st->mean)
-            cl_free(st->mean[i]);
-        if (st->invstd)
-            cl_free(st->invstd[i]);
-        if (st->idx)
-            cl_free(st->idx[i]);
-    }
+    for (int i = 0; i < g->n_nodes && st->saved; i++)
+        cl_ref_saved_free(&st->saved[i]);
     cl_free(st->act);
     cl_free(st->grad);
     cl_free(st->act_owned);
     cl_free(st->grad_owned);
     cl_free(st->overwritten_by);
     cl_free(st->written);
-    cl_free(st->mean);
-    cl_free(st->invstd);
-    cl_free(st->bn_count);
-    cl_free(st->idx);
-    cl_free(st->probs);
+    cl_free(st->saved);
     cl_free(st->labels);
     cl_free(st->targets);
-    cl_free(st->scratch);
-    cl_free(st->stats);
+    for (int k = 0; k < CL_NODE_MAX_IN; k++)
+        cl_free(st->scratch[k]);
+    cl_free(st->sums);
     cl_free(st);
     be->priv = NULL;
 }
@@ -112,19 +100,16 @@ static cl_status ref_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     st->grad_owned = alloc_n(nt, 1, "ref gradients", 1);
     st->overwritten_by = alloc_n(nt, sizeof(int), "ref activations", 1);
     st->written = alloc_n(nt, 1, "ref gradients", 1);
-    st->mean = alloc_n(nn, sizeof *st->mean, "ref BN statistics", 1);
-    st->invstd = alloc_n(nn, sizeof *st->invstd, "ref BN statistics", 1);
-    st->bn_count = alloc_n(nn, sizeof(double), "ref BN statistics", 1);
-    st->idx = alloc_n(nn, sizeof *st->idx, "ref maxpool indices", 1);
+    st->saved = alloc_n(nn, sizeof *st->saved, "ref saved tensors", 1);
     if (!st->act || !st->grad || !st->act_owned || !st->grad_owned ||
-        !st->overwritten_by || !st->written || !st->mean || !st->invstd ||
-        !st->bn_count || !st->idx)
+        !st->overwritten_by || !st->written || !st->saved)
         return CL_ERR_NOMEM;
     for (size_t t = 0; t < nt; t++)
         st->overwritten_by[t] = -1;
 
     /* Activations, in node order so an in-place ReLU finds its input. */
-    size_t max_act = 0;
+    size_t max_act = 0, max_sums = 0;
+    int max_grad_in = 0;
     for (size_t t = 0; t < nt; t++) {
         const cl_gtensor *gt = &g->tensors[t];
         if (gt->kind == CL_GT_ACT &&
@@ -159,38 +144,29 @@ static cl_status ref_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
                 st->grad_owned[y] = 1;
             }
         }
-        if (n->op == CL_OP_BATCHNORM2D) {
-            int c = n->attr.batchnorm2d.channels;
-            st->mean[i] = alloc_n((size_t)c, sizeof(float), n->name, 1);
-            st->invstd[i] = alloc_n((size_t)c, sizeof(float), n->name, 1);
-            if (!st->mean[i] || !st->invstd[i])
-                return CL_ERR_NOMEM;
-            if (c > st->max_channels)
-                st->max_channels = c;
-        }
-        if (n->op == CL_OP_MAXPOOL2D && train) {
-            st->idx[i] = alloc_n(ne, sizeof(int32_t), n->name, 1);
-            if (!st->idx[i])
-                return CL_ERR_NOMEM;
-        }
+        size_t sums;
+        CL_TRY(cl_ref_saved_alloc(&st->saved[i], g, n, train, &sums));
+        if (sums > max_sums)
+            max_sums = sums;
+        for (int k = 0; k < n->n_in; k++)
+            if (g->tensors[n->in[k]].kind == CL_GT_ACT && k + 1 > max_grad_in)
+                max_grad_in = k + 1;
     }
     if (g->loss >= 0) {
         size_t nk = (size_t)g->batch * (size_t)g->num_classes;
-        st->probs = alloc_n(nk, sizeof(float), "ref loss", 1);
         st->targets = alloc_n(nk, sizeof(float), "ref targets", 1);
         st->labels =
             alloc_n((size_t)g->batch, sizeof(int32_t), "ref labels", 1);
-        if (!st->probs || !st->targets || !st->labels)
+        if (!st->targets || !st->labels)
             return CL_ERR_NOMEM;
     }
-    if (train) {
-        st->scratch = alloc_n(max_act, sizeof(float), "ref scratch", 1);
-        if (!st->scratch)
+    for (int k = 0; train && k < max_grad_in; k++) {
+        st->scratch[k] = alloc_n(max_act, sizeof(float), "ref scratch", 1);
+        if (!st->scratch[k])
             return CL_ERR_NOMEM;
     }
-    st->stats = alloc_n(2 * (size_t)st->max_channels + 1, sizeof(double),
-                        "ref SyncBN sums", 1);
-    if (!st->stats)
+    st->sums = alloc_n(max_sums + 1, sizeof(double), "ref reduction sums", 1);
+    if (!st->sums)
         return CL_ERR_NOMEM;
     return CL_OK;
 }
@@ -226,196 +202,43 @@ static cl_status ref_set_input(cl_backend *be, const float *x,
     return CL_OK;
 }
 
-/* SyncBatchNorm forward (training): per-channel sum and sum of squares
- * (double) and the sample count are summed over all ranks by the hook,
- * then every rank normalises with the global statistics.  With a single
- * rank (identity hook) this equals cl_batchnorm2d_forward_train up to
- * rounding.  stats: 2C+1 doubles; *count receives the global count.
- * y, x: (N,C,HW)  gamma, beta, mean, invstd, running_*: (C) */
-static cl_status ref_syncbn_forward(const cl_backend_hooks *h, double *stats,
-                                    double *count, float *y, float *mean,
-                                    float *invstd, float *running_mean,
-                                    float *running_var, const float *x,
-                                    const float *gamma, const float *beta,
-                                    int N, int C, int HW,
-                                    const cl_batchnorm2d_attr *a)
+/* The arguments of node i's kernels: its inputs and output in this
+ * backend's buffers. */
+static cl_ref_args node_args(cl_backend *be, int i)
 {
-    for (int c = 0; c < C; c++) {
-        double s = 0.0, q = 0.0;
-        for (int n = 0; n < N; n++) {
-            const float *xp = x + ((int64_t)n * C + c) * HW;
-            for (int i = 0; i < HW; i++) {
-                s += xp[i];
-                q += (double)xp[i] * xp[i];
-            }
-        }
-        stats[c] = s;
-        stats[C + c] = q;
-    }
-    stats[2 * C] = (double)N * HW;
-    cl_status s = h->allreduce_sum(h->ctx, stats, 2 * C + 1);
-    if (s != CL_OK)
-        return s;
-    const double M = stats[2 * C];
-    *count = M;
-    for (int c = 0; c < C; c++) {
-        const double mu = stats[c] / M;
-        double var = stats[C + c] / M - mu * mu; /* biased */
-        if (var < 0.0)
-            var = 0.0;
-        const float is = (float)(1.0 / sqrt(var + (double)a->eps));
-        const float m = (float)mu, sc = gamma[c] * is, bt = beta[c];
-        for (int n = 0; n < N; n++) {
-            const float *xp = x + ((int64_t)n * C + c) * HW;
-            float *yp = y + ((int64_t)n * C + c) * HW;
-            for (int i = 0; i < HW; i++)
-                yp[i] = (xp[i] - m) * sc + bt;
-        }
-        mean[c] = m;
-        invstd[c] = is;
-        const double uvar = M > 1.0 ? var * M / (M - 1.0) : var;
-        const float mo = a->momentum;
-        running_mean[c] = (1.0f - mo) * running_mean[c] + mo * m;
-        running_var[c] = (1.0f - mo) * running_var[c] + mo * (float)uvar;
-    }
-    return CL_OK;
-}
-
-/* SyncBatchNorm backward: dgamma and dbeta are this rank's sums (the
- * trainer averages param grads over ranks as for any param); dx needs the
- * global sums of dy and dy * xhat, which the hook adds up.  count is the
- * global sample count of the forward.  stats: 2C doubles. */
-static cl_status ref_syncbn_backward(const cl_backend_hooks *h, double *stats,
-                                     double count, float *dx, float *dgamma,
-                                     float *dbeta, const float *dy,
-                                     const float *x, const float *mean,
-                                     const float *invstd, const float *gamma,
-                                     int N, int C, int HW)
-{
-    for (int c = 0; c < C; c++) {
-        const float m = mean[c], is = invstd[c];
-        double sdy = 0.0, sdyx = 0.0;
-        for (int n = 0; n < N; n++) {
-            const float *xp = x + ((int64_t)n * C + c) * HW;
-            const float *dyp = dy + ((int64_t)n * C + c) * HW;
-            for (int i = 0; i < HW; i++) {
-                sdy += dyp[i];
-                sdyx += (double)dyp[i] * ((xp[i] - m) * is);
-            }
-        }
-        stats[c] = sdy;
-        stats[C + c] = sdyx;
-        if (dbeta)
-            dbeta[c] = (float)sdy;
-        if (dgamma)
-            dgamma[c] = (float)sdyx;
-    }
-    cl_status s = h->allreduce_sum(h->ctx, stats, 2 * C);
-    if (s != CL_OK || !dx)
-        return s;
-    for (int c = 0; c < C; c++) {
-        const float m = mean[c], is = invstd[c];
-        const float k = gamma[c] * is;
-        const float mdy = (float)(stats[c] / count);
-        const float mdyx = (float)(stats[C + c] / count);
-        for (int n = 0; n < N; n++) {
-            const float *xp = x + ((int64_t)n * C + c) * HW;
-            const float *dyp = dy + ((int64_t)n * C + c) * HW;
-            float *dxp = dx + ((int64_t)n * C + c) * HW;
-            for (int i = 0; i < HW; i++) {
-                const float xh = (xp[i] - m) * is;
-                dxp[i] = k * (dyp[i] - mdy - xh * mdyx);
-            }
-        }
-    }
-    return CL_OK;
-}
-
-static float *param_or_null(const cl_graph *g, const cl_node *n, int j)
-{
-    return j < n->n_param ? cl_graph_param(g, n->param[j]) : NULL;
+    ref_state *st = be->priv;
+    cl_graph *g = be->g;
+    const cl_node *n = &g->nodes[i];
+    cl_ref_args a = {.g = g,
+                     .n = n,
+                     .sv = &st->saved[i],
+                     .hooks = &be->hooks,
+                     .sums = st->sums};
+    for (int k = 0; k < n->n_in; k++)
+        a.x[k] = st->act[n->in[k]];
+    a.y = st->act[n->out];
+    a.labels = st->have_labels ? st->labels : NULL;
+    a.targets = st->have_targets ? st->targets : NULL;
+    return a;
 }
 
 static cl_status ref_forward(cl_backend *be, int training, float *loss)
 {
     ref_state *st = be->priv;
     cl_graph *g = be->g;
-    const int sync = training && be->hooks.allreduce_sum != NULL;
-    const int N = g->batch;
     st->fwd_done = 0;
     st->loss_valid = 0;
     if (loss)
         *loss = NAN;
     for (int i = 0; i < g->n_nodes; i++) {
         const cl_node *n = &g->nodes[i];
-        const cl_shape *xs = &g->tensors[n->in[0]].shape;
-        const float *x = st->act[n->in[0]];
-        float *y = st->act[n->out];
-        switch (n->op) {
-        case CL_OP_CONV2D:
-            cl_conv2d_forward(y, x, param_or_null(g, n, 0),
-                              param_or_null(g, n, 1), N, (int)xs->d[2],
-                              (int)xs->d[3], &n->attr.conv2d);
-            break;
-        case CL_OP_BATCHNORM2D: {
-            const int C = (int)xs->d[1], HW = (int)(xs->d[2] * xs->d[3]);
-            const float *gm = cl_graph_param(g, n->param[0]);
-            const float *bt = cl_graph_param(g, n->param[1]);
-            float *rm = cl_graph_buffer(g, n->buf[0]);
-            float *rv = cl_graph_buffer(g, n->buf[1]);
-            if (sync) {
-                cl_status s =
-                    ref_syncbn_forward(&be->hooks, st->stats, &st->bn_count[i],
-                                       y, st->mean[i], st->invstd[i], rm, rv, x,
-                                       gm, bt, N, C, HW, &n->attr.batchnorm2d);
-                if (s != CL_OK)
-                    return cl_error_wrap(s, "%s: SyncBatchNorm: ", n->name);
-            } else if (training) {
-                cl_batchnorm2d_forward_train(y, st->mean[i], st->invstd[i], rm,
-                                             rv, x, gm, bt, N, C, HW,
-                                             &n->attr.batchnorm2d);
-                st->bn_count[i] = (double)N * HW;
-            } else {
-                cl_batchnorm2d_forward_infer(y, x, gm, bt, rm, rv, N, C, HW,
-                                             &n->attr.batchnorm2d);
-            }
-            break;
-        }
-        case CL_OP_RELU:
-            cl_relu_forward(y, x, cl_graph_numel(g, n->out));
-            break;
-        case CL_OP_MAXPOOL2D:
-            cl_maxpool2d_forward(y, st->idx[i], x, N, (int)xs->d[1],
-                                 (int)xs->d[2], (int)xs->d[3],
-                                 &n->attr.maxpool2d);
-            break;
-        case CL_OP_GLOBAL_AVGPOOL:
-            cl_global_avgpool_forward(y, x, N, (int)xs->d[1],
-                                      (int)(xs->d[2] * xs->d[3]));
-            break;
-        case CL_OP_LINEAR:
-            cl_linear_forward(y, x, param_or_null(g, n, 0),
-                              param_or_null(g, n, 1), N, &n->attr.linear);
-            break;
-        case CL_OP_ADD:
-            cl_add_forward(y, x, st->act[n->in[1]], cl_graph_numel(g, n->out));
-            break;
-        case CL_OP_SOFTMAX_CE:
-            if (st->have_labels || st->have_targets) {
-                y[0] = cl_softmax_ce_forward(
-                    st->probs, x, st->have_labels ? st->labels : NULL,
-                    st->have_targets ? st->targets : NULL, N,
-                    &n->attr.softmax_ce);
-                st->loss_valid = 1;
-                if (loss)
-                    *loss = y[0];
-            } else {
-                y[0] = NAN;
-            }
-            break;
-        default:
-            return cl_error(CL_ERR_UNSUPPORTED, "%s: op %s has no kernel",
-                            n->name, cl_op_name(n->op));
+        cl_ref_args a = node_args(be, i);
+        a.training = training;
+        CL_TRY(cl_ref_kernels[n->op].forward(&a));
+        if (n->out == g->loss && (st->have_labels || st->have_targets)) {
+            st->loss_valid = 1;
+            if (loss)
+                *loss = a.y[0];
         }
     }
     if (training)
@@ -425,111 +248,40 @@ static cl_status ref_forward(cl_backend *be, int training, float *loss)
     return CL_OK;
 }
 
-/* Where the gradient of input tensor t goes: its own buffer the first time
- * (kernels overwrite), the scratch buffer when another consumer already
- * wrote it (then grad_end adds it in).  NULL when t needs no gradient (the
- * image batch). */
-static float *grad_begin(ref_state *st, const cl_graph *g, int t, int *acc)
+/* Where the gradient of tensor t, input k of a node, goes: its own buffer
+ * the first time (kernels overwrite), input k's scratch buffer when
+ * another consumer (or an earlier input of the same node) already wrote
+ * it (then grad_end adds it in).  NULL when t needs no gradient (the
+ * image batch, labels). */
+static float *grad_begin(ref_state *st, const cl_graph *g, int t, int k,
+                         int *acc)
 {
     *acc = 0;
     if (g->tensors[t].kind != CL_GT_ACT || !st->grad[t])
         return NULL;
-    if (!st->written[t])
+    if (!st->written[t]) {
+        st->written[t] = 1;
         return st->grad[t];
+    }
     *acc = 1;
-    return st->scratch;
+    return st->scratch[k];
 }
 
-static void grad_end(ref_state *st, const cl_graph *g, int t, int acc)
+static void grad_end(ref_state *st, const cl_graph *g, int t, int k, int acc)
 {
-    if (g->tensors[t].kind != CL_GT_ACT || !st->grad[t])
+    if (!acc)
         return;
-    if (acc) {
-        float *d = st->grad[t];
-        const float *s = st->scratch;
-        const int64_t n = cl_graph_numel(g, t);
-        for (int64_t i = 0; i < n; i++)
-            d[i] += s[i];
-    }
-    st->written[t] = 1;
-}
-
-/* Backward of one node given dy (its output's gradient). */
-static cl_status node_backward(cl_backend *be, int i, const float *dy)
-{
-    ref_state *st = be->priv;
-    const cl_graph *g = be->g;
-    const cl_node *n = &g->nodes[i];
-    const int N = g->batch, xt = n->in[0];
-    const cl_shape *xs = &g->tensors[xt].shape;
-    const float *x = st->act[xt];
-    int acc;
-    float *dx = grad_begin(st, g, xt, &acc);
-    float *dw = n->n_param > 0 ? cl_graph_grad(g, n->param[0]) : NULL;
-    float *db = n->n_param > 1 ? cl_graph_grad(g, n->param[1]) : NULL;
-    switch (n->op) {
-    case CL_OP_CONV2D:
-        cl_conv2d_backward(dx, dw, db, dy, x, param_or_null(g, n, 0), N,
-                           (int)xs->d[2], (int)xs->d[3], &n->attr.conv2d);
-        break;
-    case CL_OP_BATCHNORM2D: {
-        const int C = (int)xs->d[1], HW = (int)(xs->d[2] * xs->d[3]);
-        const float *gm = cl_graph_param(g, n->param[0]);
-        if (be->hooks.allreduce_sum) {
-            cl_status s = ref_syncbn_backward(
-                &be->hooks, st->stats, st->bn_count[i], dx, dw, db, dy, x,
-                st->mean[i], st->invstd[i], gm, N, C, HW);
-            if (s != CL_OK)
-                return cl_error_wrap(s,
-                                     "%s: SyncBatchNorm backward: ", n->name);
-        } else {
-            cl_batchnorm2d_backward(dx, dw, db, dy, x, st->mean[i],
-                                    st->invstd[i], gm, N, C, HW);
-        }
-        break;
-    }
-    case CL_OP_RELU:
-        if (dx)
-            cl_relu_backward(dx, dy, st->act[n->out],
-                             cl_graph_numel(g, n->out));
-        break;
-    case CL_OP_MAXPOOL2D:
-        if (dx)
-            cl_maxpool2d_backward(dx, dy, st->idx[i], x, N, (int)xs->d[1],
-                                  (int)xs->d[2], (int)xs->d[3],
-                                  &n->attr.maxpool2d);
-        break;
-    case CL_OP_GLOBAL_AVGPOOL:
-        cl_global_avgpool_backward(dx, dy, N, (int)xs->d[1],
-                                   (int)(xs->d[2] * xs->d[3]));
-        break;
-    case CL_OP_LINEAR:
-        cl_linear_backward(dx, dw, db, dy, x, param_or_null(g, n, 0), N,
-                           &n->attr.linear);
-        break;
-    case CL_OP_ADD: {
-        /* Both inputs get dy: the first write copies, a later one adds. */
-        cl_add_backward(dx, NULL, dy, cl_graph_numel(g, n->out));
-        grad_end(st, g, xt, acc);
-        const int bt = n->in[1];
-        float *d2 = grad_begin(st, g, bt, &acc);
-        cl_add_backward(d2, NULL, dy, cl_graph_numel(g, n->out));
-        grad_end(st, g, bt, acc);
-        return CL_OK;
-    }
-    default:
-        return cl_error(CL_ERR_UNSUPPORTED, "%s: op %s has no backward",
-                        n->name, cl_op_name(n->op));
-    }
-    if (dx)
-        grad_end(st, g, xt, acc);
-    return CL_OK;
+    float *d = st->grad[t];
+    const float *s = st->scratch[k];
+    const int64_t n = cl_graph_numel(g, t);
+    for (int64_t i = 0; i < n; i++)
+        d[i] += s[i];
 }
 
 static cl_status ref_backward(cl_backend *be)
 {
     ref_state *st = be->priv;
-    const cl_graph *g = be->g;
+    cl_graph *g = be->g;
     if (be->mode != CL_PLAN_TRAIN)
         return cl_error(CL_ERR_ARG,
                         "ref: backward on a graph planned for inference");
@@ -542,24 +294,21 @@ static cl_status ref_backward(cl_backend *be)
     memset(st->written, 0, (size_t)g->n_tensors);
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         const cl_node *n = &g->nodes[i];
-        if (n->op == CL_OP_SOFTMAX_CE) {
-            int acc;
-            float *dl = grad_begin(st, g, n->in[0], &acc);
-            cl_softmax_ce_backward(dl, st->probs,
-                                   st->have_labels ? st->labels : NULL,
-                                   st->have_targets ? st->targets : NULL,
-                                   g->batch, 1.0f, &n->attr.softmax_ce);
-            if (dl)
-                grad_end(st, g, n->in[0], acc);
-            continue;
-        }
-        if (st->written[n->out]) {
-            CL_TRY(node_backward(be, i, st->grad[n->out]));
-        } else {
+        const int is_loss = n->out == g->loss;
+        if (!is_loss && !st->written[n->out]) {
             /* The output does not reach the loss: zero param gradients. */
             for (int j = 0; j < n->n_param; j++)
                 memset(cl_graph_grad(g, n->param[j]), 0,
                        (size_t)cl_graph_numel(g, n->param[j]) * sizeof(float));
+        } else {
+            cl_ref_args a = node_args(be, i);
+            int acc[CL_NODE_MAX_IN] = {0};
+            a.dy = is_loss ? NULL : st->grad[n->out];
+            for (int k = 0; k < n->n_in; k++)
+                a.dx[k] = grad_begin(st, g, n->in[k], k, &acc[k]);
+            CL_TRY(cl_ref_kernels[n->op].backward(&a));
+            for (int k = 0; k < n->n_in; k++)
+                grad_end(st, g, n->in[k], k, acc[k]);
         }
         if (be->hooks.grad_ready)
             for (int j = 0; j < n->n_param; j++)

@@ -497,26 +497,36 @@ void cl_graph_count_batch(cl_graph *g)
             cl_graph_buffer(g, g->nodes[i].num_batches)[0] += 1.0f;
 }
 
-/* Forward multiply-adds of one node for one image. */
-static int64_t node_macs(const cl_graph *g, const cl_node *n)
+/* Forward multiply-adds of one node for one image, per op; NULL for the
+ * ops that count as none (elementwise, pooling, the loss). */
+typedef int64_t (*node_macs_fn)(const cl_graph *g, const cl_node *n);
+
+static int64_t conv2d_macs(const cl_graph *g, const cl_node *n)
 {
     const cl_gtensor *y = &g->tensors[n->out];
-    if (n->op == CL_OP_CONV2D) {
-        const cl_conv2d_attr *a = &n->attr.conv2d;
-        return y->shape.d[1] * y->shape.d[2] * y->shape.d[3] *
-               (int64_t)(a->in_ch / a->groups) * a->kh * a->kw;
-    }
-    if (n->op == CL_OP_LINEAR)
-        return (int64_t)n->attr.linear.in_features *
-               n->attr.linear.out_features;
-    return 0;
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    return y->shape.d[1] * y->shape.d[2] * y->shape.d[3] *
+           (int64_t)(a->in_ch / a->groups) * a->kh * a->kw;
 }
+
+static int64_t linear_macs(const cl_graph *g, const cl_node *n)
+{
+    (void)g;
+    return (int64_t)n->attr.linear.in_features * n->attr.linear.out_features;
+}
+
+static const node_macs_fn node_macs[CL_OP_COUNT] = {
+    [CL_OP_CONV2D] = conv2d_macs,
+    [CL_OP_LINEAR] = linear_macs,
+};
+CL_OP_TABLE_CHECK(node_macs, 8);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {
     int64_t m = 0;
     for (int i = 0; i < g->n_nodes; i++)
-        m += node_macs(g, &g->nodes[i]);
+        if (node_macs[g->nodes[i].op])
+            m += node_macs[g->nodes[i].op](g, &g->nodes[i]);
     return m;
 }
 

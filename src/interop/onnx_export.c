@@ -163,10 +163,23 @@ static int bn_after(const cl_graph *g, int conv)
     return -1;
 }
 
+/* One node's emitter reads the node and its ONNX tensor names. */
+typedef struct emit_ctx {
+    const cl_graph *g;
+    int i;
+    const cl_node *n;
+    cl_pb_writer *graph;
+    char *folded; /* per node: written already as part of another */
+    char in0[32], in1[32], out[32];
+} emit_ctx;
+
+typedef cl_status (*emit_fn)(emit_ctx *e);
+
 /* Conv (+ folded BN): W' = W * gamma / sqrt(var + eps), b' = beta +
  * (b - mean) * gamma / sqrt(var + eps), all in double. */
-static cl_status emit_conv(const cl_graph *g, int i, int bn,
-                           cl_pb_writer *graph, const char *in, const char *out)
+static cl_status conv_folded(const cl_graph *g, int i, int bn,
+                             cl_pb_writer *graph, const char *in,
+                             const char *out)
 {
     const cl_node *n = &g->nodes[i];
     const cl_conv2d_attr *a = &n->attr.conv2d;
@@ -219,6 +232,114 @@ static cl_status emit_conv(const cl_graph *g, int i, int bn,
     return CL_OK;
 }
 
+static cl_status emit_conv2d(emit_ctx *e)
+{
+    int bn = bn_after(e->g, e->i);
+    if (bn >= 0) {
+        e->folded[bn] = 1;
+        tensor_name(e->g, e->g->nodes[bn].out, e->out, sizeof e->out);
+    }
+    return conv_folded(e->g, e->i, bn, e->graph, e->in0, e->out);
+}
+
+/* A node of op_type over the node's first n_in inputs, no attributes. */
+static cl_status emit_plain(emit_ctx *e, const char *op_type, int n_in)
+{
+    const char *ins[2] = {e->in0, e->in1};
+    cl_pb_writer node;
+    node_begin(&node, op_type, e->n->name, ins, n_in, e->out);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+static cl_status emit_relu(emit_ctx *e)
+{
+    return emit_plain(e, "Relu", 1);
+}
+
+static cl_status emit_add(emit_ctx *e)
+{
+    tensor_name(e->g, e->n->in[1], e->in1, sizeof e->in1);
+    return emit_plain(e, "Add", 2);
+}
+
+static cl_status emit_maxpool2d(emit_ctx *e)
+{
+    const cl_maxpool2d_attr *a = &e->n->attr.maxpool2d;
+    const char *ins[1] = {e->in0};
+    int ks[2] = {a->kh, a->kw}, st[2] = {a->sh, a->sw};
+    int pads[4] = {a->ph, a->pw, a->ph, a->pw};
+    cl_pb_writer node;
+    node_begin(&node, "MaxPool", e->n->name, ins, 1, e->out);
+    attr_ints(&node, "kernel_shape", ks, 2);
+    attr_ints(&node, "strides", st, 2);
+    attr_ints(&node, "pads", pads, 4);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+/* ONNX keeps (N,C,1,1); classic's pooled tensor is (N,C). */
+static cl_status emit_global_avgpool(emit_ctx *e)
+{
+    char mid[48], nm[96];
+    const char *ins[1] = {e->in0};
+    cl_pb_writer node;
+    snprintf(mid, sizeof mid, "%s_nchw", e->out);
+    node_begin(&node, "GlobalAveragePool", e->n->name, ins, 1, mid);
+    node_end(e->graph, &node);
+    const char *fin[1] = {mid};
+    snprintf(nm, sizeof nm, "%s.flatten", e->n->name);
+    node_begin(&node, "Flatten", nm, fin, 1, e->out);
+    attr_int(&node, "axis", 1);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+static cl_status emit_linear(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_linear_attr *a = &e->n->attr.linear;
+    int wt = e->n->param[0];
+    char wn[96], bname[96];
+    snprintf(wn, sizeof wn, "%s", g->tensors[wt].name);
+    initializer(e->graph, wn, g->tensors[wt].shape.d, 2, cl_graph_param(g, wt),
+                (size_t)cl_graph_numel(g, wt));
+    const char *gin[3] = {e->in0, wn, bname};
+    int n_in = 2;
+    if (a->has_bias) {
+        int bt = e->n->param[1];
+        snprintf(bname, sizeof bname, "%s", g->tensors[bt].name);
+        initializer(e->graph, bname, g->tensors[bt].shape.d, 1,
+                    cl_graph_param(g, bt), (size_t)cl_graph_numel(g, bt));
+        n_in = 3;
+    }
+    cl_pb_writer node;
+    node_begin(&node, "Gemm", e->n->name, gin, n_in, e->out);
+    attr_int(&node, "transB", 1);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+/* The loss is no part of an inference model. */
+static cl_status emit_nothing(emit_ctx *e)
+{
+    (void)e;
+    return CL_OK;
+}
+
+/* Per op; NULL where the op has no mapping of its own (a batch norm is
+ * written folded into the conv before it). */
+static const emit_fn op_emit[CL_OP_COUNT] = {
+    [CL_OP_CONV2D] = emit_conv2d,
+    [CL_OP_RELU] = emit_relu,
+    [CL_OP_MAXPOOL2D] = emit_maxpool2d,
+    [CL_OP_GLOBAL_AVGPOOL] = emit_global_avgpool,
+    [CL_OP_LINEAR] = emit_linear,
+    [CL_OP_ADD] = emit_add,
+    [CL_OP_SOFTMAX_CE] = emit_nothing,
+};
+CL_OP_TABLE_CHECK(op_emit, 8);
+
 static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                              cl_pb_writer *graph)
 {
@@ -229,84 +350,19 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
     cl_pb_put_string(graph, GRAPH_NAME, "classic_resnet");
     for (int i = 0; i < g->n_nodes && s == CL_OK; i++) {
         const cl_node *n = &g->nodes[i];
-        char in0[32], in1[32], out[32];
-        if (folded[i] || n->op == CL_OP_SOFTMAX_CE)
+        if (folded[i])
             continue;
-        tensor_name(g, n->in[0], in0, sizeof in0);
-        tensor_name(g, n->out, out, sizeof out);
-        cl_pb_writer node;
-        const char *ins[3] = {in0, in1, NULL};
-        switch (n->op) {
-        case CL_OP_CONV2D: {
-            int bn = bn_after(g, i);
-            if (bn >= 0) {
-                folded[bn] = 1;
-                tensor_name(g, g->nodes[bn].out, out, sizeof out);
-            }
-            s = emit_conv(g, i, bn, graph, in0, out);
-            break;
-        }
-        case CL_OP_RELU:
-            node_begin(&node, "Relu", n->name, ins, 1, out);
-            node_end(graph, &node);
-            break;
-        case CL_OP_MAXPOOL2D: {
-            const cl_maxpool2d_attr *a = &n->attr.maxpool2d;
-            int ks[2] = {a->kh, a->kw}, st[2] = {a->sh, a->sw};
-            int pads[4] = {a->ph, a->pw, a->ph, a->pw};
-            node_begin(&node, "MaxPool", n->name, ins, 1, out);
-            attr_ints(&node, "kernel_shape", ks, 2);
-            attr_ints(&node, "strides", st, 2);
-            attr_ints(&node, "pads", pads, 4);
-            node_end(graph, &node);
-            break;
-        }
-        case CL_OP_ADD:
-            tensor_name(g, n->in[1], in1, sizeof in1);
-            node_begin(&node, "Add", n->name, ins, 2, out);
-            node_end(graph, &node);
-            break;
-        case CL_OP_GLOBAL_AVGPOOL: {
-            /* ONNX keeps (N,C,1,1); classic's pooled tensor is (N,C). */
-            char mid[48], nm[96];
-            snprintf(mid, sizeof mid, "%s_nchw", out);
-            node_begin(&node, "GlobalAveragePool", n->name, ins, 1, mid);
-            node_end(graph, &node);
-            const char *fin[1] = {mid};
-            snprintf(nm, sizeof nm, "%s.flatten", n->name);
-            node_begin(&node, "Flatten", nm, fin, 1, out);
-            attr_int(&node, "axis", 1);
-            node_end(graph, &node);
-            break;
-        }
-        case CL_OP_LINEAR: {
-            const cl_linear_attr *a = &n->attr.linear;
-            int wt = n->param[0];
-            char wn[96], bname[96];
-            snprintf(wn, sizeof wn, "%s", g->tensors[wt].name);
-            initializer(graph, wn, g->tensors[wt].shape.d, 2,
-                        cl_graph_param(g, wt), (size_t)cl_graph_numel(g, wt));
-            const char *gin[3] = {in0, wn, bname};
-            int n_in = 2;
-            if (a->has_bias) {
-                int bt = n->param[1];
-                snprintf(bname, sizeof bname, "%s", g->tensors[bt].name);
-                initializer(graph, bname, g->tensors[bt].shape.d, 1,
-                            cl_graph_param(g, bt),
-                            (size_t)cl_graph_numel(g, bt));
-                n_in = 3;
-            }
-            node_begin(&node, "Gemm", n->name, gin, n_in, out);
-            attr_int(&node, "transB", 1);
-            node_end(graph, &node);
-            break;
-        }
-        default:
+        if (!op_emit[n->op]) {
             s = cl_error(CL_ERR_UNSUPPORTED,
                          "onnx export: node %s (%s) has no ONNX mapping "
                          "here (a batchnorm must follow a conv)",
                          n->name, cl_op_name(n->op));
+            break;
         }
+        emit_ctx e = {.g = g, .i = i, .n = n, .graph = graph, .folded = folded};
+        tensor_name(g, n->in[0], e.in0, sizeof e.in0);
+        tensor_name(g, n->out, e.out, sizeof e.out);
+        s = op_emit[n->op](&e);
     }
     cl_free(folded);
     if (s != CL_OK)

@@ -26,62 +26,94 @@ static int is_last_block_bn(const char *name, int bottleneck)
     return dot && strcmp(dot + 1, bottleneck ? "bn3" : "bn2") == 0;
 }
 
+/* What every op's init reads: the seed, and for BN which gammas start at
+ * zero. */
+typedef struct init_ctx {
+    uint64_t seed;
+    int zero_init_residual;
+    int bottleneck;
+} init_ctx;
+
+typedef void (*init_fn)(cl_graph *g, const cl_node *n, const init_ctx *c);
+
+/* kaiming_normal_(mode="fan_out", nonlinearity="relu"): PyTorch's fan_out
+ * is size(0) * kh * kw, whatever the groups. */
+static void init_conv2d(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    const cl_conv2d_attr *a = &n->attr.conv2d;
+    double std = sqrt(2.0 / ((double)a->out_ch * a->kh * a->kw));
+    for (int j = 0; j < n->n_param; j++) {
+        int t = n->param[j];
+        float *p = cl_graph_param(g, t);
+        int64_t ne = cl_graph_numel(g, t);
+        if (j == 0) {
+            cl_rng r;
+            cl_rng_init(&r, c->seed, cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
+            for (int64_t k = 0; k < ne; k++)
+                p[k] = (float)(std * cl_rng_normal(&r));
+        } else {
+            fill(p, ne, 0.0f); /* a conv bias, if any */
+        }
+    }
+}
+
+static void init_batchnorm2d(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    int ch = n->attr.batchnorm2d.channels;
+    float gamma =
+        c->zero_init_residual && is_last_block_bn(n->name, c->bottleneck)
+            ? 0.0f
+            : 1.0f;
+    fill(cl_graph_param(g, n->param[0]), ch, gamma);
+    fill(cl_graph_param(g, n->param[1]), ch, 0.0f);
+    fill(cl_graph_buffer(g, n->buf[0]), ch, 0.0f);
+    fill(cl_graph_buffer(g, n->buf[1]), ch, 1.0f);
+    if (n->num_batches >= 0)
+        cl_graph_buffer(g, n->num_batches)[0] = 0.0f;
+}
+
+/* nn.Linear's reset_parameters: kaiming_uniform_(a=sqrt(5)) on the weight
+ * and uniform(+-1/sqrt(fan_in)) on the bias, both amounting to the same
+ * bound. */
+static void init_linear(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    double bound = 1.0 / sqrt((double)n->attr.linear.in_features);
+    for (int j = 0; j < n->n_param; j++) {
+        int t = n->param[j];
+        float *p = cl_graph_param(g, t);
+        int64_t ne = cl_graph_numel(g, t);
+        cl_rng r;
+        cl_rng_init(&r, c->seed, cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
+        for (int64_t k = 0; k < ne; k++)
+            p[k] = (float)((2.0 * cl_rng_uniform_f64(&r) - 1.0) * bound);
+    }
+}
+
+/* Per op; NULL for ops with neither parameters nor buffers. */
+static const init_fn op_init[CL_OP_COUNT] = {
+    [CL_OP_CONV2D] = init_conv2d,
+    [CL_OP_BATCHNORM2D] = init_batchnorm2d,
+    [CL_OP_LINEAR] = init_linear,
+};
+CL_OP_TABLE_CHECK(op_init, 8);
+
 cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
                          uint64_t seed)
 {
     CL_TRY(cl_resnet_check_config(cfg));
     if (!g->finalized)
         return cl_error(CL_ERR_ARG, "resnet init: the graph is not finalized");
-    int bottleneck = cl_resnet_expansion(cfg->depth) == 4;
+    const init_ctx c = {seed, cfg->zero_init_residual,
+                        cl_resnet_expansion(cfg->depth) == 4};
     for (int i = 0; i < g->n_nodes; i++) {
         const cl_node *n = &g->nodes[i];
-        if (n->op == CL_OP_CONV2D) {
-            /* kaiming_normal_(mode="fan_out", nonlinearity="relu"):
-             * PyTorch's fan_out is size(0) * kh * kw, whatever the groups. */
-            const cl_conv2d_attr *a = &n->attr.conv2d;
-            double std = sqrt(2.0 / ((double)a->out_ch * a->kh * a->kw));
-            for (int j = 0; j < n->n_param; j++) {
-                int t = n->param[j];
-                float *p = cl_graph_param(g, t);
-                int64_t ne = cl_graph_numel(g, t);
-                if (j == 0) {
-                    cl_rng r;
-                    cl_rng_init(&r, seed,
-                                cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
-                    for (int64_t k = 0; k < ne; k++)
-                        p[k] = (float)(std * cl_rng_normal(&r));
-                } else {
-                    fill(p, ne, 0.0f); /* a conv bias, if any */
-                }
-            }
-        } else if (n->op == CL_OP_BATCHNORM2D) {
-            int c = n->attr.batchnorm2d.channels;
-            float gamma =
-                cfg->zero_init_residual && is_last_block_bn(n->name, bottleneck)
-                    ? 0.0f
-                    : 1.0f;
-            fill(cl_graph_param(g, n->param[0]), c, gamma);
-            fill(cl_graph_param(g, n->param[1]), c, 0.0f);
-            fill(cl_graph_buffer(g, n->buf[0]), c, 0.0f);
-            fill(cl_graph_buffer(g, n->buf[1]), c, 1.0f);
-            if (n->num_batches >= 0)
-                cl_graph_buffer(g, n->num_batches)[0] = 0.0f;
-        } else if (n->op == CL_OP_LINEAR) {
-            /* nn.Linear's reset_parameters: kaiming_uniform_(a=sqrt(5)) on
-             * the weight and uniform(+-1/sqrt(fan_in)) on the bias, both
-             * amounting to the same bound. */
-            double bound = 1.0 / sqrt((double)n->attr.linear.in_features);
-            for (int j = 0; j < n->n_param; j++) {
-                int t = n->param[j];
-                float *p = cl_graph_param(g, t);
-                int64_t ne = cl_graph_numel(g, t);
-                cl_rng r;
-                cl_rng_init(&r, seed, cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
-                for (int64_t k = 0; k < ne; k++)
-                    p[k] =
-                        (float)((2.0 * cl_rng_uniform_f64(&r) - 1.0) * bound);
-            }
-        }
+        if (op_init[n->op])
+            op_init[n->op](g, n, &c);
+        else if (n->n_param > 0 || n->n_buf > 0)
+            return cl_error(CL_ERR_UNSUPPORTED,
+                            "resnet init: %s: op %s has parameters but no "
+                            "initialisation",
+                            n->name, cl_op_name(n->op));
     }
     memset(g->grads, 0, g->n_param_floats * sizeof(float));
     return CL_OK;

@@ -3,7 +3,7 @@
 
 const char *cl_op_name(cl_op_kind k)
 {
-    static const char *names[] = {
+    static const char *const names[CL_OP_COUNT] = {
 #define CL_OP(NAME, stem) #stem,
 #include "ops/ops.def"
 #undef CL_OP

@@ -25,6 +25,18 @@ typedef enum cl_op_kind {
 /* "conv2d" for CL_OP_CONV2D. */
 const char *cl_op_name(cl_op_kind k);
 
+/* Every table indexed by op (the reference kernels, oneDNN planning, ONNX
+ * export, init, MACs) is declared [CL_OP_COUNT] and checked with this
+ * macro, which also names the op count the table was written for (as
+ * ggml's tables check GGML_OP_COUNT): a line added to ops.def stops the
+ * build at every table until each has been given its entry (or a NULL
+ * that the consumer reports) and its count raised. */
+#define CL_OP_TABLE_CHECK(table, count)                                        \
+    _Static_assert(sizeof(table) / sizeof((table)[0]) == CL_OP_COUNT &&        \
+                       CL_OP_COUNT == (count),                                 \
+                   #table ": ops.def changed; give the new op its entry here " \
+                          "and raise the count")
+
 /* ---- conv2d ------------------------------------------------------------ */
 typedef struct cl_conv2d_attr {
     int in_ch, out_ch; /* in_ch and out_ch divisible by groups */

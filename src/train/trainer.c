@@ -407,6 +407,14 @@ static cl_status plan_training(run *r)
                "autotune: measured two ways of %d conv backward passes in "
                "%.1f s; %d run the other way than oneDNN's primitive",
                measured, cl_time_now() - t0, rewritten);
+    if (cl_backend_fallback_ops(r->be)) {
+        char names[256];
+        cl_backend_fallback_names(r->be, names, sizeof names);
+        cl_log(r->lg, CL_LOG_INFO,
+               "backend %s: no kernel of its own for %s; these run the "
+               "reference kernels on plain copies (slower)",
+               r->be->vt->name, names);
+    }
     return CL_OK;
 }
 

@@ -1,4 +1,17 @@
-/* Batch norm kernels on oneDNN's activation layouts.  Channels go in
+/* The oneDNN backend's batch norm: plain C loops on whatever activation
+ * layout oneDNN picked (bn.h says why not oneDNN's primitive), forward
+ * and backward planning side by side, and SyncBatchNorm through the
+ * allreduce hook. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/onednn/internal.h"
+
+/* ---- the loops on oneDNN's layouts -----------------------------------------
+ *
+ * Batch norm kernels on oneDNN's activation layouts.  Channels go in
  * groups of G lanes that lie side by side in every pixel (G = 16 or 8 on
  * the blocked and channels-last layouts, 1 on planar ones); each OpenMP
  * thread takes whole groups, and a lane loop of constant G vectorises.
@@ -9,12 +22,6 @@
  * double for the sums), so a bf16 call computes exactly what the f32 call
  * computes on the same values widened, its outputs rounded to nearest
  * even.  The arithmetic of a channel does not depend on the layout. */
-#include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "backend/onednn_bn.h"
 
 /* Forced inline, so that each kernel is compiled once per element type
  * with the type test folded away and the lane loops vectorised. */
@@ -25,7 +32,7 @@
  * round to nearest even, NaN kept quiet), written inline here because a
  * call per element would stop the lane loops from vectorising;
  * tests/test_onednn.c holds the two bit for bit. */
-BN_INLINE float ld(const void *p, size_t i, int bf)
+BN_INLINE float ld_act(const void *p, size_t i, int bf)
 {
     if (!bf)
         return ((const float *)p)[i];
@@ -35,7 +42,7 @@ BN_INLINE float ld(const void *p, size_t i, int bf)
     return f;
 }
 
-BN_INLINE void st(void *p, size_t i, float v, int bf)
+BN_INLINE void st_act(void *p, size_t i, float v, int bf)
 {
     if (!bf) {
         ((float *)p)[i] = v;
@@ -150,7 +157,7 @@ BN_INLINE void grp_moments(double *s, double *q, float *m, const void *x,
         float a[16] = {0};
         for (int64_t i = 0; i < l->HW; i++)
             for (int k = 0; k < G; k++)
-                a[k] += ld(x, o + (size_t)i * sp + k, bf);
+                a[k] += ld_act(x, o + (size_t)i * sp + k, bf);
         for (int k = 0; k < G; k++)
             s[k] += a[k];
     }
@@ -161,7 +168,7 @@ BN_INLINE void grp_moments(double *s, double *q, float *m, const void *x,
         float a[16] = {0};
         for (int64_t i = 0; i < l->HW; i++)
             for (int k = 0; k < G; k++) {
-                float e = ld(x, o + (size_t)i * sp + k, bf) - m[k];
+                float e = ld_act(x, o + (size_t)i * sp + k, bf) - m[k];
                 a[k] += e * e;
             }
         for (int k = 0; k < G; k++)
@@ -178,8 +185,8 @@ BN_INLINE void plane_norm(void *y, const void *x, size_t o, const float *m,
     for (int64_t i = 0; i < l->HW; i++)
         for (int k = 0; k < G; k++) {
             size_t j = o + (size_t)i * sp + k;
-            float v = bn_pre(ld(x, j, bf), m[k], s[k], b[k]);
-            st(y, j, relu && v < 0.0f ? 0.0f : v, bf);
+            float v = bn_pre(ld_act(x, j, bf), m[k], s[k], b[k]);
+            st_act(y, j, relu && v < 0.0f ? 0.0f : v, bf);
         }
 }
 
@@ -336,8 +343,8 @@ BN_INLINE void grp_bwd_sums(double *sg, double *sb, const void *dy,
         for (int64_t i = 0; i < l->HW; i++)
             for (int k = 0; k < G; k++) {
                 size_t j = o + (size_t)i * sp + k;
-                float xv = ld(x, j, bf);
-                float gv = ld(dy, j, bf);
+                float xv = ld_act(x, j, bf);
+                float gv = ld_act(dy, j, bf);
                 if (relu && !(bn_pre(xv, m[k], s[k], b[k]) > 0.0f))
                     gv = 0.0f;
                 ab[k] += gv;
@@ -364,13 +371,14 @@ BN_INLINE void grp_bwd_dx(void *dx, const void *dy, const void *x,
         for (int64_t i = 0; i < l->HW; i++)
             for (int k = 0; k < G; k++) {
                 size_t j = o + (size_t)i * sp + k;
-                float xv = ld(x, j, bf);
-                float gv = ld(dy, j, bf);
+                float xv = ld_act(x, j, bf);
+                float gv = ld_act(dy, j, bf);
                 if (relu && !(bn_pre(xv, m[k], s[k], b[k]) > 0.0f))
                     gv = 0.0f;
                 float xh = (xv - m[k]) * is[k];
-                st(dx, j, gamma[g * G + k] * is[k] * (gv - cbt[k] - xh * cg[k]),
-                   bf);
+                st_act(dx, j,
+                       gamma[g * G + k] * is[k] * (gv - cbt[k] - xh * cg[k]),
+                       bf);
             }
     }
 }
@@ -467,4 +475,275 @@ void cl_dnnl_bn_backward_dx(void *dx, const void *dy, const void *x,
     BN_FOR_GROUPS(l, bf16, BODY);
 #undef BODY
     zero_pad(dx, l, bf16);
+}
+
+/* ---- planning and running the BN steps -------------------------------------
+ */
+
+/* The activation layouts the loops above and the unstride step work on: those
+ * oneDNN picks for 4-D f32 and bf16 activations on any x86 ISA (blocked
+ * by 16 on AVX-512, by 8 on AVX2, channels-last for bf16 on AMX, plain
+ * for a graph's input). */
+static const struct {
+    dnnl_format_tag_t tag;
+    const char *name;
+} act_layouts[] = {{dnnl_nChw16c, "nChw16c"},
+                   {dnnl_nChw8c, "nChw8c"},
+                   {dnnl_nChw4c, "nChw4c"},
+                   {dnnl_nhwc, "nhwc"},
+                   {dnnl_nchw, "nchw"}};
+
+/* The index in act_layouts of md's layout, or -1. */
+
+/* The index in act_layouts of md's layout, or -1. */
+int cl_dnnl_md_act_tag(const dnnl_memory_desc_t *md)
+{
+    if (md->ndims != 4 ||
+        (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16))
+        return -1;
+    for (int k = 0; k < (int)(sizeof act_layouts / sizeof act_layouts[0]);
+         k++) {
+        dnnl_memory_desc_t t;
+        if (dnnl_memory_desc_init_by_tag(&t, 4, md->dims, md->data_type,
+                                         act_layouts[k].tag) == dnnl_success &&
+            md_eq(&t, md))
+            return k;
+    }
+    return -1;
+}
+
+dnnl_format_tag_t cl_dnnl_act_layout_tag(int k)
+{
+    return act_layouts[k].tag;
+}
+
+/* Fills *l and returns 1 if md is one of act_layouts, else returns 0. */
+int cl_dnnl_md_act_layout(const dnnl_memory_desc_t *md, cl_bn_layout *l)
+{
+    int k = cl_dnnl_md_act_tag(md);
+    return k >= 0 &&
+           cl_bn_layout_make(l, act_layouts[k].name, (int)md->dims[0],
+                             (int)md->dims[1], md->dims[2] * md->dims[3]);
+}
+
+static cl_status bn_stats(dn_ctx *d, const dn_step *s)
+{
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    const float *mean = cl_dnnl_arg_ptr(d, &s->args[0]);
+    const float *var = cl_dnnl_arg_ptr(d, &s->args[1]);
+    float *rm = cl_graph_buffer(g, n->buf[0]);
+    float *rv = cl_graph_buffer(g, n->buf[1]);
+    double cnt = d->nd[s->node].u.bn.count;
+    double unb = cnt > 1 ? cnt / (cnt - 1) : 1.0;
+    const float mo = a->momentum;
+    for (int c = 0; c < a->channels; c++) {
+        rm[c] = (1.0f - mo) * rm[c] + mo * mean[c];
+        rv[c] = (1.0f - mo) * rv[c] + mo * (float)(var[c] * unb);
+    }
+    return CL_OK;
+}
+
+/* SyncBatchNorm forward of an own-BN node: local sums, the hook adds them
+ * (and the sample count) over all ranks, then every rank normalises with
+ * the global mean and biased variance, which the mean / var stores keep
+ * for backward and the running-statistics step.  p: src, dst, mean, var. */
+static cl_status own_bn_sync_fwd(dn_ctx *d, const dn_step *s, void **p,
+                                 const cl_bn_layout *l, int bf)
+{
+    const int C = l->C;
+    const cl_backend_hooks *h = &d->be->hooks;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    double *v = d->sync_sums;
+    float *mean = p[2], *var = p[3];
+    cl_dnnl_bn_sums(v, v + C, p[0], l, bf);
+    v[2 * C] = (double)l->N * (double)l->HW;
+    cl_status st = h->allreduce_sum(h->ctx, v, 2 * C + 1);
+    if (st != CL_OK)
+        return cl_error_wrap(st, "%s: SyncBatchNorm: ", n->name);
+    const double M = v[2 * C];
+    for (int c = 0; c < C; c++) {
+        double mu = v[c] / M, var_c = v[C + c] / M - mu * mu;
+        mean[c] = (float)mu;
+        var[c] = var_c > 0.0 ? (float)var_c : 0.0f;
+    }
+    d->nd[s->node].u.bn.count = M;
+    cl_dnnl_bn_forward_infer(p[1], p[0], cl_graph_param(g, n->param[0]),
+                             cl_graph_param(g, n->param[1]), mean, var, l,
+                             a->eps, d->nd[s->node].relu, bf);
+    return CL_OK;
+}
+
+/* SyncBatchNorm backward: dgamma and dbeta are this rank's sums (param
+ * gradients are averaged over ranks like any other); dx needs the global
+ * sums of dy and dy * xhat over the forward's global count.  p: dx, dy,
+ * x, mean, var. */
+static cl_status own_bn_sync_bwd(dn_ctx *d, const dn_step *s, void **p,
+                                 const cl_bn_layout *l, int bf)
+{
+    const int C = l->C;
+    const cl_backend_hooks *h = &d->be->hooks;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    const float *gamma = cl_graph_param(g, n->param[0]);
+    const float *beta = cl_graph_param(g, n->param[1]);
+    float *dgamma = cl_graph_grad(g, n->param[0]);
+    float *dbeta = cl_graph_grad(g, n->param[1]);
+    int relu = d->nd[s->node].relu;
+    double *v = d->sync_sums;
+    cl_dnnl_bn_backward_sums(v, v + C, p[1], p[2], p[3], p[4], gamma, beta, l,
+                             a->eps, relu, bf);
+    for (int c = 0; c < C; c++) {
+        dbeta[c] = (float)v[c];
+        dgamma[c] = (float)v[C + c];
+    }
+    cl_status st = h->allreduce_sum(h->ctx, v, 2 * C);
+    if (st != CL_OK)
+        return cl_error_wrap(st, "%s: SyncBatchNorm backward: ", n->name);
+    cl_dnnl_bn_backward_dx(p[0], p[1], p[2], p[3], p[4], gamma, beta, v, v + C,
+                           d->nd[s->node].u.bn.count, l, a->eps, relu, bf);
+    return CL_OK;
+}
+
+enum { BN_TRAIN, BN_INFER, BN_BACKWARD };
+
+/* The loops above as a BN step of that kind, on f32 or bf16 activations
+ * (the type of the step's first argument); with the allreduce_sum hook
+ * the training forward and the backward are split at their per-channel
+ * sums (SyncBatchNorm), else they run fused in one pass per block. */
+
+static cl_status own_bn(dn_ctx *d, const dn_step *s, int kind)
+{
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    const cl_bn_layout *l = &d->nd[s->node].u.bn.lay;
+    const float *gamma = cl_graph_param(g, n->param[0]);
+    const float *beta = cl_graph_param(g, n->param[1]);
+    const int sync = d->be->hooks.allreduce_sum != NULL;
+    const int bf = md_bf16(&s->args[0].md);
+    int relu = d->nd[s->node].relu;
+    void *p[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int k = 0; k < s->nargs && k < 5; k++)
+        p[k] = cl_dnnl_arg_ptr(d, &s->args[k]);
+    if (kind == BN_TRAIN) {
+        if (sync)
+            return own_bn_sync_fwd(d, s, p, l, bf);
+        cl_dnnl_bn_forward_train(p[1], p[2], p[3], p[0], gamma, beta, l, a->eps,
+                                 relu, bf);
+        d->nd[s->node].u.bn.count = (double)l->N * (double)l->HW;
+    } else if (kind == BN_INFER) {
+        cl_dnnl_bn_forward_infer(
+            p[1], p[0], gamma, beta, cl_graph_buffer(g, n->buf[0]),
+            cl_graph_buffer(g, n->buf[1]), l, a->eps, relu, bf);
+    } else if (sync) {
+        return own_bn_sync_bwd(d, s, p, l, bf);
+    } else {
+        cl_dnnl_bn_backward(p[0], cl_graph_grad(g, n->param[0]),
+                            cl_graph_grad(g, n->param[1]), p[1], p[2], p[3],
+                            p[4], gamma, beta, l, a->eps, relu, bf);
+    }
+    return CL_OK;
+}
+
+static cl_status bn_run_train(dn_ctx *d, const dn_step *s)
+{
+    return own_bn(d, s, BN_TRAIN);
+}
+
+static cl_status bn_run_infer(dn_ctx *d, const dn_step *s)
+{
+    return own_bn(d, s, BN_INFER);
+}
+
+static cl_status bn_run_backward(dn_ctx *d, const dn_step *s)
+{
+    return own_bn(d, s, BN_BACKWARD);
+}
+
+/* BN runs as the loops above (see bn.h for why not as
+ * oneDNN's primitive) on whatever layout its input has. */
+cl_status cl_dnnl_bn_fwd(dn_ctx *d, int i)
+{
+    cl_status st = CL_OK;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    dn_bn *x = &d->nd[i].u.bn;
+    dn_step *s;
+    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    dnnl_memory_desc_t md = *in_md(d, n->in[0]), cmd;
+    md_1d(&cmd, a->channels);
+    if (!cl_dnnl_md_act_layout(&md, &x->lay))
+        return cl_error(CL_ERR_BACKEND,
+                        "%s: batch norm input in a layout the onednn backend "
+                        "does not read (it reads nChw16c, nChw8c, nChw4c, "
+                        "nhwc and nchw)",
+                        n->name);
+    int src = d->t[rep(d, n->in[0])].store;
+    TRY(cl_dnnl_set_md(d, n->out, &md, -1));
+    int dst = d->t[rep(d, n->out)].store;
+    if (2 * (size_t)a->channels + 1 > d->sync_len)
+        d->sync_len = 2 * (size_t)a->channels + 1;
+    if (d->mode == CL_PLAN_TRAIN) {
+        TRY(cl_dnnl_md_store(d, &cmd, &x->mean));
+        TRY(cl_dnnl_md_store(d, &cmd, &x->var));
+        TRY(cl_dnnl_step_run(d, &d->fwd_train, bn_run_train, i,
+                             "batch normalization forward", i, &s));
+        cl_dnnl_arg_store(d, s, 0, src, &md);
+        cl_dnnl_arg_store(d, s, 1, dst, &md);
+        cl_dnnl_arg_store(d, s, 2, x->mean, &cmd);
+        cl_dnnl_arg_store(d, s, 3, x->var, &cmd);
+        TRY(cl_dnnl_step_run(d, &d->fwd_train, bn_stats, i,
+                             "running statistics", i, &s));
+        cl_dnnl_arg_store(d, s, 0, x->mean, &cmd);
+        cl_dnnl_arg_store(d, s, 1, x->var, &cmd);
+    }
+    TRY(cl_dnnl_step_run(d, &d->fwd_eval, bn_run_infer, i,
+                         "batch normalization inference", i, &s));
+    cl_dnnl_arg_store(d, s, 0, src, &md);
+    cl_dnnl_arg_store(d, s, 1, dst, &md);
+fail:
+    return st;
+}
+
+cl_status cl_dnnl_bn_bwd(dn_ctx *d, int i)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
+    dn_bn *x = &d->nd[i].u.bn;
+    dn_step *s;
+    dnnl_memory_desc_t cmd;
+    int dy, tgt, acc;
+    const dnnl_memory_desc_t *md = in_md(d, n->in[0]);
+    md_1d(&cmd, a->channels);
+    TRY(cl_dnnl_out_grad(d, i, &dy));
+    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+    if (tgt < 0) {
+        /* The parameters still need gradients: dx goes to a scratch. */
+        TRY(cl_dnnl_md_store(d, md, &tgt));
+    }
+    TRY(cl_dnnl_step_run(d, &d->bwd, bn_run_backward, i,
+                         "batch normalization backward", tb(d, i), &s));
+    cl_dnnl_arg_store(d, s, 0, tgt, md);
+    cl_dnnl_arg_store(d, s, 1, dy, md);
+    cl_dnnl_arg_store(d, s, 2, d->t[rep(d, n->in[0])].store, md);
+    cl_dnnl_arg_store(d, s, 3, x->mean, &cmd);
+    cl_dnnl_arg_store(d, s, 4, x->var, &cmd);
+    if (acc)
+        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
+    TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+fail:
+    return st;
+}
+
+void cl_dnnl_bn_init(dn_node *x)
+{
+    x->u.bn.mean = x->u.bn.var = -1;
 }

@@ -11,8 +11,8 @@
  * SyncBatchNorm splits forward and backward at their per-channel sums
  * (which the caller adds up over ranks); one process calls the fused
  * kernels and makes no extra pass. */
-#ifndef CL_BACKEND_ONEDNN_BN_H
-#define CL_BACKEND_ONEDNN_BN_H
+#ifndef CL_BACKEND_ONEDNN_BN_LOOPS_H
+#define CL_BACKEND_ONEDNN_BN_LOOPS_H
 
 #include <stdint.h>
 

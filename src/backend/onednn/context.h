@@ -1,7 +1,8 @@
-/* Offsets for buffers with known lifetimes inside one arena, so that
- * buffers whose lifetimes do not overlap share memory. */
-#ifndef CL_BACKEND_ONEDNN_ARENA_H
-#define CL_BACKEND_ONEDNN_ARENA_H
+/* The oneDNN backend's activation arena (context.c): offsets for buffers
+ * with known lifetimes inside one arena, so that buffers whose lifetimes do
+ * not overlap share memory. */
+#ifndef CL_BACKEND_ONEDNN_CONTEXT_H
+#define CL_BACKEND_ONEDNN_CONTEXT_H
 
 #include <stddef.h>
 

@@ -1,0 +1,492 @@
+/* The oneDNN backend's own interface between its files: the plan's
+ * context, its steps and arena stores, the per-op node data, and the table
+ * of op planners.
+ *
+ * A plan, in order (plan.c): (1) lowering decides which nodes fuse into
+ * which (lower.c: BN + ReLU, add + ReLU; for inference conv + BN + add +
+ * ReLU); (2) forward and backward steps are planned node by node through
+ * the op table (one file per op family: conv.c, bn.c, eltwise.c, pool.c,
+ * linear.c, add.c, loss.c; fallback.c for the ops the table lacks), each
+ * step naming arena buffers ("stores") or external memory (the graph's
+ * arenas, reordered weight copies); each use stamps the store with the
+ * step's time; (3) the arena is laid out by those lifetimes (context.c);
+ * (4) oneDNN memory objects are made once for every argument.  The steps
+ * then only execute (exec.c).  Mixed precision (amp.c) decides the types
+ * of what each step reads. */
+#ifndef CL_BACKEND_ONEDNN_INTERNAL_H
+#define CL_BACKEND_ONEDNN_INTERNAL_H
+
+#include <dnnl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/onednn/bn.h"
+#include "backend/onednn/context.h"
+#include "backend/ref_ops.h"
+#include "core/error.h"
+#include "core/mem.h"
+
+/* Parameters, their gradients, BN statistics, the logits and the loss are
+ * f32 at every amp level; activations, their gradients and the weight
+ * copies the primitives read are f32 or bf16 (see conv_dt, act_dt). */
+#define DN_DT dnnl_f32
+
+enum { DN_MAX_ARGS = 12 };
+
+typedef enum dn_ref_kind {
+    REF_STORE,   /* arena buffer */
+    REF_EXT,     /* memory owned elsewhere, fixed address */
+    REF_SCRATCH, /* the shared scratchpad */
+    REF_USER     /* the caller's input batch, handle set per call */
+} dn_ref_kind;
+
+typedef struct dn_arg {
+    int arg; /* DNNL_ARG_*, or a position for custom steps */
+    dn_ref_kind kind;
+    int store;
+    void *ptr;
+    dnnl_memory_desc_t md;
+} dn_arg;
+
+typedef enum dn_step_kind {
+    STEP_PRIM, /* a oneDNN primitive */
+    STEP_HOOK, /* grad_ready(aux) */
+    STEP_RUN   /* run(d, step): a loop of this backend's own */
+} dn_step_kind;
+
+typedef struct dn_ctx dn_ctx;
+typedef struct dn_step dn_step;
+typedef cl_status (*dn_run_fn)(dn_ctx *d, const dn_step *s);
+
+struct dn_step {
+    dn_step_kind kind;
+    dn_run_fn run; /* STEP_RUN */
+    int node;
+    const char *what;
+    dnnl_primitive_t prim; /* not owned */
+    int time;
+    int aux;
+    int part; /* conv backward: 1 weight gradient, 2 data, else 0 */
+    int nargs;
+    dn_arg args[DN_MAX_ARGS];
+    dnnl_memory_t mem[DN_MAX_ARGS];
+    dnnl_exec_arg_t exec[DN_MAX_ARGS];
+};
+
+typedef struct dn_list {
+    dn_step *s;
+    int n, cap;
+} dn_list;
+
+typedef struct dn_tensor {
+    int rep;       /* tensor whose storage holds this one's value */
+    int store;     /* forward value, or -1 */
+    int dstore;    /* gradient, or -1 */
+    int has_md;    /* md is set */
+    int clobbered; /* value overwritten or never materialised */
+    dnnl_memory_desc_t md;
+    int cast;                   /* the value in the other type, or -1 */
+    dnnl_memory_desc_t cast_md; /* its md: md with the other data type */
+} dn_tensor;
+
+/* ---- per-op node data ---------------------------------------------------- */
+
+/* Conv and linear: the weights and what backward reads of the forward. */
+typedef struct dn_weighted {
+    int bn;  /* inference conv: BN node folded in, or -1 */
+    int sum; /* inference conv: tensor added by a sum post-op, or -1 */
+    dnnl_memory_desc_t w_md, wb_md; /* forward / backward-data weights */
+    float *w, *wb;    /* reordered weight copies, NULL for the plain arena */
+    float *bias;      /* inference: folded bias (out_ch) */
+    cl_bn_layout lay; /* a conv whose dx runs on the stride grid: its
+                         input's layout */
+    int src;          /* the store the forward reads as src (a bf16 copy
+                         under amp), for backward */
+    dnnl_memory_desc_t src_md;
+} dn_weighted;
+
+typedef struct dn_bn {
+    int mean, var;    /* stores of the batch statistics */
+    cl_bn_layout lay; /* its input's layout */
+    double count;     /* samples of the last training forward's statistics
+                         (all ranks' with SyncBatchNorm) */
+} dn_bn;
+
+typedef struct dn_pool {
+    int ws; /* workspace store (max pooling's argmax), or -1 */
+} dn_pool;
+
+typedef struct dn_add {
+    int inplace; /* output written over input 0 (after swap) */
+    int swap;    /* inputs exchanged */
+} dn_add;
+
+/* An op run by the reference kernels (fallback.c). */
+typedef struct dn_fallback {
+    cl_ref_saved sv;
+    int x[CL_NODE_MAX_IN]; /* stores of plain f32 inputs, or -1 */
+    int y;                 /* store of the plain f32 output */
+} dn_fallback;
+
+typedef struct dn_node {
+    int skip;     /* fused into another node's primitive */
+    int relu;     /* BN / add / inference conv: ReLU fused */
+    int fallback; /* run by the reference kernels (fallback.c) */
+    dnnl_primitive_desc_t fwd_pd; /* hint for backward (not owned) */
+    union {
+        dn_weighted w; /* conv2d, linear */
+        dn_bn bn;
+        dn_pool pool;
+        dn_add add;
+        dn_fallback fb;
+    } u;
+} dn_node;
+
+struct dn_ctx {
+    cl_backend *be;
+    cl_graph *g;
+    cl_plan_mode mode;
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    dn_tensor *t;
+    dn_node *nd;
+    int *ncons, *lastc; /* per tensor: consumers, last consumer index */
+    cl_dnnl_block *st;
+    int n_st, cap_st;
+    dn_list fwd_train, fwd_eval, bwd, sync, in;
+    dnnl_primitive_t *prims;
+    int n_prims, cap_prims;
+    dnnl_primitive_desc_t *pds;
+    int n_pds, cap_pds;
+    char *arena;
+    size_t arena_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+    float *fold;
+    size_t fold_floats;
+    int32_t *labels;
+    float *targets;
+    int has_labels, has_targets;
+    float loss;
+    int dirty;    /* params changed: sync before the next forward */
+    int trained;  /* the last forward was a training one */
+    int n_time;   /* last time stamp + 1 */
+    int in_plain; /* input md is plain: set_input copies */
+    /* SyncBatchNorm and the fallback's reference kernels: sums for the
+     * allreduce hook, sync_len doubles. */
+    double *sync_sums;
+    size_t sync_len;
+    int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
+    /* Conv backward paths, one char per node (cl_dnnl_conv_paths): wanted
+     * at plan start, what was planned once the node is planned. */
+    char *paths;
+    int part;     /* the part of a conv backward being planned */
+    double *prof; /* measuring: seconds per (node, part), or NULL */
+    int tune_measured, tune_rewritten;
+    unsigned fallback_ops; /* bit op set: a node of that op runs fallback.c */
+};
+
+/* ---- the op table ---------------------------------------------------------
+ *
+ * One entry per op (plan.c).  An op whose fwd is NULL is not supported
+ * here (supports() says so) and runs through the reference fallback. */
+typedef struct dn_op {
+    void (*init)(dn_node *x);           /* node data defaults, or NULL */
+    void (*lower)(dn_ctx *d, int i);    /* fusion decisions, or NULL */
+    cl_status (*fwd)(dn_ctx *d, int i); /* plans the forward steps */
+    cl_status (*bwd)(dn_ctx *d, int i); /* plans the backward, or NULL */
+    void (*free)(dn_node *x);           /* frees node data, or NULL */
+} dn_op;
+
+extern const dn_op cl_dnnl_ops[CL_OP_COUNT];
+
+/* Each op family's planners (one file each). */
+void cl_dnnl_weighted_init(dn_node *x);
+void cl_dnnl_weighted_free(dn_node *x);
+void cl_dnnl_conv_lower(dn_ctx *d, int i);
+cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i);
+void cl_dnnl_bn_init(dn_node *x);
+void cl_dnnl_bn_lower(dn_ctx *d, int i);
+cl_status cl_dnnl_bn_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_bn_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_relu_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_relu_bwd(dn_ctx *d, int i);
+void cl_dnnl_pool_init(dn_node *x);
+cl_status cl_dnnl_maxpool_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_maxpool_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_gap_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_gap_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i);
+void cl_dnnl_add_lower(dn_ctx *d, int i);
+cl_status cl_dnnl_add_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_add_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_loss_fwd(dn_ctx *d, int i);
+/* The reference fallback, for any op with a reference kernel. */
+void cl_dnnl_fallback_init(dn_node *x);
+cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i);
+void cl_dnnl_fallback_free(dn_node *x);
+
+/* ---- errors (context.c) -------------------------------------------------- */
+
+cl_status cl_dnnl_fail(const dn_ctx *d, dnnl_status_t s, int node,
+                       const char *what);
+
+/* Checks a dnnl call inside a function with `cl_status st` and `fail:`. */
+#define DN(call, node, what)                                                   \
+    do {                                                                       \
+        dnnl_status_t dn__s = (call);                                          \
+        if (dn__s != dnnl_success) {                                           \
+            st = cl_dnnl_fail(d, dn__s, (node), (what));                       \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+#define TRY(expr)                                                              \
+    do {                                                                       \
+        st = (expr);                                                           \
+        if (st != CL_OK)                                                       \
+            goto fail;                                                         \
+    } while (0)
+
+cl_status cl_dnnl_grow(void **p, int *cap, int need, size_t elem,
+                       const char *what);
+
+/* ---- small helpers --------------------------------------------------------
+ */
+
+static inline int rep(const dn_ctx *d, int t)
+{
+    while (d->t[t].rep != t)
+        t = d->t[t].rep;
+    return t;
+}
+
+static inline const cl_gtensor *gt(const dn_ctx *d, int t)
+{
+    return &d->g->tensors[t];
+}
+
+/* Backward time of node i: the steps of backward run in reverse order. */
+static inline int tb(const dn_ctx *d, int i)
+{
+    return 2 * d->g->n_nodes - 1 - i;
+}
+
+/* md with another element type, the layout (strides in elements) kept. */
+static inline dnnl_memory_desc_t md_as(const dnnl_memory_desc_t *md,
+                                       dnnl_data_type_t dt)
+{
+    dnnl_memory_desc_t r = *md;
+    r.data_type = dt;
+    return r;
+}
+
+static inline int md_bf16(const dnnl_memory_desc_t *md)
+{
+    return md->data_type == dnnl_bf16;
+}
+
+static inline int md_eq(const dnnl_memory_desc_t *a,
+                        const dnnl_memory_desc_t *b)
+{
+    return dnnl_memory_desc_equal(a, b);
+}
+
+static inline size_t md_size(const dnnl_memory_desc_t *md)
+{
+    return dnnl_memory_desc_get_size(md);
+}
+
+static inline void dims_of(const cl_shape *s, dnnl_dims_t dims)
+{
+    for (int i = 0; i < s->ndim; i++)
+        dims[i] = s->d[i];
+}
+
+/* The md of node input x, or NULL when it is the graph input not yet laid
+ * out (the node may then choose). */
+static inline const dnnl_memory_desc_t *in_md(dn_ctx *d, int x)
+{
+    int r = rep(d, x);
+    return d->t[r].has_md ? &d->t[r].md : NULL;
+}
+
+/* The list(s) forward steps go to: training and evaluation forwards of a
+ * TRAIN plan share every primitive but BN's. */
+static inline int n_fwd_lists(const dn_ctx *d)
+{
+    return d->mode == CL_PLAN_TRAIN ? 2 : 1;
+}
+
+static inline dn_list *fwd_list(dn_ctx *d, int k)
+{
+    if (d->mode == CL_PLAN_INFER)
+        return &d->fwd_eval;
+    return k == 0 ? &d->fwd_train : &d->fwd_eval;
+}
+
+/* The node reading tensor t when it has exactly one consumer, else -1. */
+static inline int only_consumer(const dn_ctx *d, int t)
+{
+    if (d->ncons[t] != 1)
+        return -1;
+    return d->lastc[t];
+}
+
+static inline int is_edge(const dn_ctx *d, int t)
+{
+    const cl_graph *g = d->g;
+    return t == g->input || t == g->logits || t == g->features;
+}
+
+/* ---- stores, mds, primitives and steps (context.c) ----------------------- */
+
+cl_status cl_dnnl_store_new(dn_ctx *d, size_t bytes, int *out);
+void cl_dnnl_touch(dn_ctx *d, int s, int time);
+cl_status cl_dnnl_md_store(dn_ctx *d, const dnnl_memory_desc_t *md, int *out);
+/* Plain row-major md of the given dims. */
+void cl_dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims);
+void cl_dnnl_md_any(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
+                    dnnl_data_type_t dt);
+dnnl_memory_desc_t cl_dnnl_qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t q,
+                               int idx);
+
+/* The plain md with the same dims as md. */
+static inline void md_plain_like(dnnl_memory_desc_t *out,
+                                 const dnnl_memory_desc_t *md)
+{
+    cl_dnnl_md_plain(out, md->ndims, md->dims);
+}
+
+static inline void md_1d(dnnl_memory_desc_t *md, int64_t n)
+{
+    dnnl_dims_t dims = {n};
+    cl_dnnl_md_plain(md, 1, dims);
+}
+
+cl_status cl_dnnl_attr_new(dn_ctx *d, dnnl_primitive_attr_t *attr);
+cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, int relu,
+                            dnnl_primitive_attr_t *attr);
+cl_status cl_dnnl_prim_make(dn_ctx *d, int node, const char *what,
+                            const_dnnl_op_desc_t desc,
+                            const_dnnl_primitive_attr_t attr,
+                            const_dnnl_primitive_desc_t hint,
+                            dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
+                               const dnnl_memory_desc_t *src,
+                               const dnnl_memory_desc_t *dst,
+                               dnnl_primitive_desc_t *pd,
+                               dnnl_primitive_t *prim);
+cl_status cl_dnnl_step_new(dn_ctx *d, dn_list *l, dn_step_kind k, int node,
+                           const char *what, int time, dn_step **out);
+/* A step that runs fn (STEP_RUN). */
+cl_status cl_dnnl_step_run(dn_ctx *d, dn_list *l, dn_run_fn fn, int node,
+                           const char *what, int time, dn_step **out);
+void cl_dnnl_arg_store(dn_ctx *d, dn_step *s, int arg, int store,
+                       const dnnl_memory_desc_t *md);
+void cl_dnnl_arg_ext(dn_step *s, int arg, void *ptr,
+                     const dnnl_memory_desc_t *md);
+cl_status cl_dnnl_step_prim(dn_ctx *d, dn_list *l, int node, const char *what,
+                            int time, const_dnnl_primitive_desc_t pd,
+                            dnnl_primitive_t prim, dn_step **out);
+void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a);
+cl_status cl_dnnl_set_md(dn_ctx *d, int t, const dnnl_memory_desc_t *md,
+                         int store);
+cl_status cl_dnnl_ensure_input_md(dn_ctx *d, int x);
+
+/* ---- lowering (lower.c) ---------------------------------------------------
+ */
+
+void cl_dnnl_lower(dn_ctx *d);
+/* Fuses a ReLU that is the only reader of node i's output. */
+void cl_dnnl_fuse_relu(dn_ctx *d, int i);
+/* Whether backward of the node producing rep tensor r reads r's value. */
+int cl_dnnl_bwd_reads_dst(const dn_ctx *d, int r);
+
+/* ---- mixed precision (amp.c) ----------------------------------------------
+ */
+
+/* Type of the src and weights of convolutions and inner products. */
+static inline dnnl_data_type_t conv_dt(const dn_ctx *d)
+{
+    return d->amp >= 1 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* Type of a convolution's output. */
+static inline dnnl_data_type_t act_dt(const dn_ctx *d)
+{
+    return d->amp >= 2 ? dnnl_bf16 : dnnl_f32;
+}
+
+cl_status cl_dnnl_value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
+                           dnnl_memory_desc_t *md, int *store);
+cl_status cl_dnnl_bwd_copy(dn_ctx *d, int i, const char *what, int s,
+                           const dnnl_memory_desc_t *md,
+                           const dnnl_memory_desc_t *want, int *store);
+cl_status cl_dnnl_grad_as(dn_ctx *d, int i, int ds,
+                          const dnnl_memory_desc_t *md, dnnl_data_type_t dt,
+                          dnnl_memory_desc_t *out, int *store);
+cl_status cl_dnnl_weight_copy(dn_ctx *d, int node, const char *what,
+                              const dnnl_memory_desc_t *plain, void *src,
+                              const dnnl_memory_desc_t *md, float **copy);
+
+/* ---- backward planning shared by the op families (plan.c) ---------------- */
+
+cl_status cl_dnnl_grad_target(dn_ctx *d, int i, int x, int *store, int *acc);
+cl_status cl_dnnl_accumulate(dn_ctx *d, int i, int x, int src);
+cl_status cl_dnnl_hook_step(dn_ctx *d, int i, int param);
+cl_status cl_dnnl_out_grad(dn_ctx *d, int i, int *store);
+cl_status cl_dnnl_diff_weights(dn_ctx *d, int i, dn_step *s,
+                               const dnnl_memory_desc_t *dwmd,
+                               const dnnl_memory_desc_t *plain, float *grad,
+                               int *tmp);
+cl_status cl_dnnl_diff_weights_back(dn_ctx *d, int i, int tmp,
+                                    const dnnl_memory_desc_t *dwmd,
+                                    const dnnl_memory_desc_t *plain,
+                                    float *grad);
+cl_status cl_dnnl_wgrad_step(dn_ctx *d, int i, const char *what,
+                             dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
+                             int src, const dnnl_memory_desc_t *smd, int dy,
+                             const dnnl_memory_desc_t *dmd,
+                             const dnnl_memory_desc_t *wplain,
+                             const dnnl_memory_desc_t *bmd);
+cl_status cl_dnnl_bwd_data_step(dn_ctx *d, int i, const char *what,
+                                dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
+                                int dy, const dnnl_memory_desc_t *dmd,
+                                const dnnl_memory_desc_t *wplain, float *w,
+                                int dx, const dnnl_memory_desc_t *dxmd);
+cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode);
+int cl_dnnl_supports(const cl_node *n);
+
+/* ---- activation layouts (bn.c) ------------------------------------------- */
+
+/* The index of md's layout among those BN and the stride grid work on, or
+ * -1; the format tag of index k. */
+int cl_dnnl_md_act_tag(const dnnl_memory_desc_t *md);
+dnnl_format_tag_t cl_dnnl_act_layout_tag(int k);
+/* Fills *l and returns 1 if md is one of those layouts, else returns 0. */
+int cl_dnnl_md_act_layout(const dnnl_memory_desc_t *md, cl_bn_layout *l);
+
+/* ---- conv backward paths (conv.c, tune.c) -------------------------------- */
+
+/* The largest output (OH * OW) whose weight gradient runs as a matmul
+ * without measuring (conv.c says why). */
+enum { DN_WGRAD_MATMUL_MAX_HW = 16 };
+int cl_dnnl_wgrad_matmul_ok(const cl_graph *g, int i);
+int cl_dnnl_dgrad_grid_ok(const cl_graph *g, int i);
+/* d->paths before planning: the caller's, measured, or the thresholds. */
+cl_status cl_dnnl_choose_paths(dn_ctx *d);
+
+/* ---- execution (exec.c) ---------------------------------------------------
+ */
+
+cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l);
+cl_status cl_dnnl_bind_list(dn_ctx *d, dn_list *l);
+void cl_dnnl_free_list(dn_list *l);
+void cl_dnnl_ftz(void);
+
+#endif
