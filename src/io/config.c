@@ -44,24 +44,22 @@ typedef struct key {
 } key;
 
 #define OFF(f) offsetof(cl_config, f)
+#define SPELLING(P, name, spelling) spelling,
 #define BIG 1e300
 
-static const char *const v_dataset[] = {
-    "fashion_mnist", "mnist", "cifar10", "cifar100", "imagefolder", NULL};
-static const char *const v_model[] = {"resnet18",  "resnet34",  "resnet50",
-                                      "resnet101", "resnet152", NULL};
-static const char *const v_stem[] = {"imagenet", "cifar", "cifar_pool", NULL};
-static const char *const v_opt[] = {"momentum", "sgd", "adamw", NULL};
-static const char *const v_sched[] = {"cosine_decay", "multi_step", "constant",
-                                      NULL};
-static const char *const v_amp[] = {"O0", "O1", "O2", NULL};
-static const char *const v_backend[] = {"onednn", "ref", NULL};
-static const char *const v_lr_scale[] = {"none", "linear", NULL};
-static const char *const v_bad[] = {"fail", "skip", NULL};
-static const char *const v_dist[] = {"auto", "none", "mpi", NULL};
-static const char *const v_grad_sync[] = {"overlap", "blocking", NULL};
+static const char *const v_dataset[] = {CL_CFG_DATASETS(SPELLING, _) NULL};
+static const char *const v_model[] = {CL_CFG_MODELS(SPELLING, _) NULL};
+static const char *const v_stem[] = {CL_CFG_STEMS(SPELLING, _) NULL};
+static const char *const v_opt[] = {CL_CFG_OPTS(SPELLING, _) NULL};
+static const char *const v_sched[] = {CL_CFG_SCHEDS(SPELLING, _) NULL};
+static const char *const v_amp[] = {CL_CFG_AMPS(SPELLING, _) NULL};
+static const char *const v_backend[] = {CL_CFG_BACKENDS(SPELLING, _) NULL};
+static const char *const v_lr_scale[] = {CL_CFG_LR_SCALES(SPELLING, _) NULL};
+static const char *const v_bad[] = {CL_CFG_BAD_IMAGES(SPELLING, _) NULL};
+static const char *const v_dist[] = {CL_CFG_DISTS(SPELLING, _) NULL};
+static const char *const v_grad_sync[] = {CL_CFG_GRAD_SYNCS(SPELLING, _) NULL};
 static const char *const v_log[] = {"error", "warn", "info", "debug", NULL};
-static const char *const v_progress[] = {"auto", "bar", "plain", NULL};
+static const char *const v_progress[] = {CL_CFG_PROGRESSES(SPELLING, _) NULL};
 
 /* Other spellings of enum values (mindcv's), as {key, spelling, value}. */
 static const char *const value_aliases[][3] = {

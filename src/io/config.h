@@ -15,34 +15,70 @@
 
 /* Enumerated keys: the value is the index into the key's list of names, so
  * cl_config_enum_name(key, value) gives the YAML spelling back. */
-enum { /* dataset */
-       CL_CFG_DATASET_FASHION_MNIST,
-       CL_CFG_DATASET_MNIST,
-       CL_CFG_DATASET_CIFAR10,
-       CL_CFG_DATASET_CIFAR100,
-       CL_CFG_DATASET_IMAGEFOLDER
-};
-enum { /* model */
-       CL_CFG_MODEL_RESNET18,
-       CL_CFG_MODEL_RESNET34,
-       CL_CFG_MODEL_RESNET50,
-       CL_CFG_MODEL_RESNET101,
-       CL_CFG_MODEL_RESNET152
-};
-enum { CL_CFG_STEM_IMAGENET, CL_CFG_STEM_CIFAR, CL_CFG_STEM_CIFAR_POOL };
-enum { CL_CFG_OPT_MOMENTUM, CL_CFG_OPT_SGD, CL_CFG_OPT_ADAMW };
-enum {
-    CL_CFG_SCHED_COSINE_DECAY,
-    CL_CFG_SCHED_MULTI_STEP,
-    CL_CFG_SCHED_CONSTANT
-};
-enum { CL_CFG_AMP_O0, CL_CFG_AMP_O1, CL_CFG_AMP_O2 };
-enum { CL_CFG_BACKEND_ONEDNN, CL_CFG_BACKEND_REF };
-enum { CL_CFG_LR_SCALE_NONE, CL_CFG_LR_SCALE_LINEAR };
-enum { CL_CFG_BAD_IMAGE_FAIL, CL_CFG_BAD_IMAGE_SKIP };
-enum { CL_CFG_DIST_AUTO, CL_CFG_DIST_NONE, CL_CFG_DIST_MPI };
-enum { CL_CFG_GRAD_SYNC_OVERLAP, CL_CFG_GRAD_SYNC_BLOCKING };
-enum { CL_CFG_PROGRESS_AUTO, CL_CFG_PROGRESS_BAR, CL_CFG_PROGRESS_PLAIN };
+/* Every enum key's values, X(P, NAME, "spelling") in order: the enum
+ * P##NAME (0, 1, ...) and the spelling config files use come from the
+ * same line (io/config.c builds its value tables from them). */
+#define CL_CFG_DATASETS(X, P)                                                  \
+    X(P, FASHION_MNIST, "fashion_mnist")                                       \
+    X(P, MNIST, "mnist")                                                       \
+    X(P, CIFAR10, "cifar10")                                                   \
+    X(P, CIFAR100, "cifar100")                                                 \
+    X(P, IMAGEFOLDER, "imagefolder")
+#define CL_CFG_MODELS(X, P)                                                    \
+    X(P, RESNET18, "resnet18")                                                 \
+    X(P, RESNET34, "resnet34")                                                 \
+    X(P, RESNET50, "resnet50")                                                 \
+    X(P, RESNET101, "resnet101")                                               \
+    X(P, RESNET152, "resnet152")
+#define CL_CFG_STEMS(X, P)                                                     \
+    X(P, IMAGENET, "imagenet")                                                 \
+    X(P, CIFAR, "cifar")                                                       \
+    X(P, CIFAR_POOL, "cifar_pool")
+#define CL_CFG_OPTS(X, P)                                                      \
+    X(P, MOMENTUM, "momentum")                                                 \
+    X(P, SGD, "sgd")                                                           \
+    X(P, ADAMW, "adamw")
+#define CL_CFG_SCHEDS(X, P)                                                    \
+    X(P, COSINE_DECAY, "cosine_decay")                                         \
+    X(P, MULTI_STEP, "multi_step")                                             \
+    X(P, CONSTANT, "constant")
+#define CL_CFG_AMPS(X, P)                                                      \
+    X(P, O0, "O0")                                                             \
+    X(P, O1, "O1")                                                             \
+    X(P, O2, "O2")
+#define CL_CFG_BACKENDS(X, P)                                                  \
+    X(P, ONEDNN, "onednn")                                                     \
+    X(P, REF, "ref")
+#define CL_CFG_LR_SCALES(X, P)                                                 \
+    X(P, NONE, "none")                                                         \
+    X(P, LINEAR, "linear")
+#define CL_CFG_BAD_IMAGES(X, P)                                                \
+    X(P, FAIL, "fail")                                                         \
+    X(P, SKIP, "skip")
+#define CL_CFG_DISTS(X, P)                                                     \
+    X(P, AUTO, "auto")                                                         \
+    X(P, NONE, "none")                                                         \
+    X(P, MPI, "mpi")
+#define CL_CFG_GRAD_SYNCS(X, P)                                                \
+    X(P, OVERLAP, "overlap")                                                   \
+    X(P, BLOCKING, "blocking")
+#define CL_CFG_PROGRESSES(X, P)                                                \
+    X(P, AUTO, "auto")                                                         \
+    X(P, BAR, "bar")                                                           \
+    X(P, PLAIN, "plain")
+#define CL_CFG_ENUM_VALUE(P, name, spelling) P##name,
+enum { CL_CFG_DATASETS(CL_CFG_ENUM_VALUE, CL_CFG_DATASET_) };
+enum { CL_CFG_MODELS(CL_CFG_ENUM_VALUE, CL_CFG_MODEL_) };
+enum { CL_CFG_STEMS(CL_CFG_ENUM_VALUE, CL_CFG_STEM_) };
+enum { CL_CFG_OPTS(CL_CFG_ENUM_VALUE, CL_CFG_OPT_) };
+enum { CL_CFG_SCHEDS(CL_CFG_ENUM_VALUE, CL_CFG_SCHED_) };
+enum { CL_CFG_AMPS(CL_CFG_ENUM_VALUE, CL_CFG_AMP_) };
+enum { CL_CFG_BACKENDS(CL_CFG_ENUM_VALUE, CL_CFG_BACKEND_) };
+enum { CL_CFG_LR_SCALES(CL_CFG_ENUM_VALUE, CL_CFG_LR_SCALE_) };
+enum { CL_CFG_BAD_IMAGES(CL_CFG_ENUM_VALUE, CL_CFG_BAD_IMAGE_) };
+enum { CL_CFG_DISTS(CL_CFG_ENUM_VALUE, CL_CFG_DIST_) };
+enum { CL_CFG_GRAD_SYNCS(CL_CFG_ENUM_VALUE, CL_CFG_GRAD_SYNC_) };
+enum { CL_CFG_PROGRESSES(CL_CFG_ENUM_VALUE, CL_CFG_PROGRESS_) };
 /* log_level holds a cl_log_level (core/log.h): error, warn, info, debug. */
 
 /* Booleans are ints (0/1); enums are ints as above; lists carry a count.
