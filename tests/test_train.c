@@ -17,6 +17,7 @@
 #include "models/resnet.h"
 #include "test_data_fixtures.h"
 #include "train/evaluate.h"
+#include "train/trainer.h"
 
 /* A small, fast configuration: resnet18 with the ImageNet stem at 32x32
  * (the 28x28 images resized), gray input, no augmentation. */
@@ -638,4 +639,75 @@ CL_TEST(progress_bar_or_plain)
     REQUIRE(t != NULL);
     CHECK(strstr(t, "step 2/2") != NULL);
     CHECK(strstr(t, "\033[K") == NULL);
+}
+
+/* A caller's hook hears every printed step and every epoch's end (with
+ * the evaluation), and stopping from it ends the run after that step
+ * with a checkpoint to resume from, as SIGINT does. */
+typedef struct hook_log {
+    int steps, epochs, evaluated, stop_at;
+    int64_t last_step;
+    double last_loss;
+} hook_log;
+
+static int count_events(void *ctx, const cl_train_event *e)
+{
+    hook_log *h = ctx;
+    if (e->kind == CL_TRAIN_EVENT_STEP) {
+        h->steps++;
+        h->last_step = e->step;
+        h->last_loss = e->loss;
+        CHECK(e->total_steps == 8 && e->lr > 0 && isfinite(e->loss));
+    } else {
+        h->epochs++;
+        h->evaluated += e->evaluated && e->val_top1 >= 0 && e->val_top1 <= 1;
+    }
+    return h->stop_at > 0 && e->kind == CL_TRAIN_EVENT_STEP &&
+           e->step == h->stop_at;
+}
+
+static void hook_config(cl_config *c, const char *dir)
+{
+    static const char *const kv[][2] = {
+        {"model", "resnet18"},         {"stem", "cifar"},
+        {"image_size", "16"},          {"in_channels", "1"},
+        {"random_crop_padding", "0"},  {"hflip", "0"},
+        {"limit_train", "64"},         {"limit_val", "32"},
+        {"batch_size", "16"},          {"epoch_size", "2"},
+        {"per_print_times", "1"},      {"ckpt_save_epochs", "0"},
+        {"num_parallel_workers", "0"}, {"log_level", "error"}};
+    cl_config_defaults(c);
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        REQUIRE_OK(cl_config_set(c, kv[i][0], kv[i][1]));
+    REQUIRE_OK(cl_config_set(c, "ckpt_save_dir", dir));
+}
+
+CL_TEST(hooks_hear_steps_and_epochs_and_can_stop)
+{
+    cl_config cfg;
+    cl_logger lg = cl_logger_default();
+    lg.quiet = 1;
+    cl_train_result res;
+    hook_log h = {0};
+    cl_train_hooks hooks = {.ctx = &h, .on_event = count_events};
+    hook_config(&cfg, cl_test_path("hooks"));
+    REQUIRE_OK(cl_train_run(&cfg, NULL, &lg, &hooks, &res));
+    CHECK(h.steps == 8 && h.epochs == 2 && h.evaluated == 2);
+    CHECK(h.last_step == 8 && res.steps == 8);
+    /* Stopped from the hook at step 3: a checkpoint there, resumable. */
+    hook_log s = {.stop_at = 3};
+    hooks.ctx = &s;
+    hook_config(&cfg, cl_test_path("hooks_stop"));
+    CHECK_ERR(cl_train_run(&cfg, NULL, &lg, &hooks, &res), CL_ERR_INTERRUPTED,
+              "stopped by the caller after step 3");
+    CHECK(res.stop_signal == 0 && s.steps == 3 && s.epochs == 0);
+    char ck[1024];
+    snprintf(ck, sizeof ck, "%s/resnet18-e1-s3.safetensors",
+             cl_test_path("hooks_stop"));
+    REQUIRE_OK(cl_config_set(&cfg, "resume", ck));
+    hook_log t = {0};
+    hooks.ctx = &t;
+    REQUIRE_OK(cl_train_run(&cfg, NULL, &lg, &hooks, &res));
+    CHECK(t.steps == 5 && t.last_step == 8 && t.epochs == 2);
+    CHECK(t.last_loss == h.last_loss);
 }

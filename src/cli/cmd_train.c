@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/dist.h"
+#include "report/report.h"
 #include "train/trainer.h"
 
 static void usage(void)
@@ -21,6 +22,32 @@ static void usage(void)
            "Writes config.yaml, metrics.jsonl and checkpoints into\n"
            "ckpt_save_dir.\n\nkeys:\n");
     cl_config_print_help(stdout);
+}
+
+/* report.html in the run directory; a failure to write it is a warning,
+ * never a failed run.  eval: also evaluate the last checkpoint. */
+static void write_report(const cl_config *cfg, const cl_logger *lg, int eval)
+{
+    cl_report_opts ro = cl_report_opts_default();
+    ro.eval = eval;
+    if (cl_report_write(cfg->ckpt_save_dir, NULL, &ro) != CL_OK)
+        cl_log(lg, CL_LOG_WARN, "report: %s", cl_last_error());
+}
+
+typedef struct report_ctx {
+    const cl_config *cfg;
+    const cl_logger *lg;
+    int root;
+} report_ctx;
+
+/* The curves so far after each epoch but the last, for a person watching
+ * a long run (the last gets the full report below). */
+static int on_event(void *vctx, const cl_train_event *e)
+{
+    const report_ctx *c = vctx;
+    if (e->kind == CL_TRAIN_EVENT_EPOCH && !e->last_epoch && c->root)
+        write_report(c->cfg, c->lg, 0);
+    return 0;
 }
 
 int cl_cmd_train(int argc, char **argv)
@@ -41,7 +68,9 @@ int cl_cmd_train(int argc, char **argv)
     lg.level = (cl_log_level)cfg.log_level;
     lg.quiet = d.rank != 0;
     cl_train_result res;
-    s = cl_train_run(&cfg, &d, &lg, &res);
+    report_ctx rc = {&cfg, &lg, d.rank == 0};
+    cl_train_hooks hooks = {.ctx = &rc, .on_event = on_event};
+    s = cl_train_run(&cfg, &d, &lg, &hooks, &res);
     if (s != CL_OK) {
         fprintf(stderr, "classic: train (rank %d): %s\n", d.rank,
                 cl_last_error());
@@ -59,6 +88,9 @@ int cl_cmd_train(int argc, char **argv)
         return 1;
     }
     if (d.rank == 0) {
+        /* With a validation split the report also evaluates the final
+         * checkpoint (confusion matrix, misclassified images). */
+        write_report(&cfg, &lg, !isnan(res.val_top1));
         printf("trained %lld steps in %.1f s (%.1f img/s per process, "
                "data wait %.1f%%)\n",
                (long long)res.steps, res.seconds, res.img_per_s,

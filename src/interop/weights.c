@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "interop/interop.h"
 #include "io/safetensors.h"
-#include "train/trainer.h"
+#include "io/checkpoint.h"
 
 static size_t pth_count(const void *ctx)
 {

@@ -1,13 +1,27 @@
 /* Checkpoints: a model file (safetensors, torchvision state_dict names,
- * canonical f32, metadata) and beside it a training-state file (optimizer
- * state per parameter, step counters, loader position) for --resume. */
+ * canonical f32, metadata); the training-state file beside it for
+ * --resume is train/train_state.h's. */
 #ifndef CL_IO_CHECKPOINT_H
 #define CL_IO_CHECKPOINT_H
 
 #include <stdint.h>
 
 #include "graph/graph.h"
-#include "train/optim.h"
+
+/* The metadata keys every classic model checkpoint carries. */
+#define CL_META_ARCH "arch"
+#define CL_META_STEM "stem"
+#define CL_META_IN_CHANNELS "in_channels"
+#define CL_META_NUM_CLASSES "num_classes"
+#define CL_META_IMAGE_SIZE "image_size"
+#define CL_META_CLASS_NAMES "class_names" /* a JSON array of strings */
+#define CL_META_MEAN "mean"               /* "0.286,0.286,0.286" */
+#define CL_META_STD "std"
+#define CL_META_EPOCH "epoch"
+#define CL_META_STEP "step"
+#define CL_META_DATASET "dataset"
+#define CL_META_CONFIG "config" /* the resolved YAML */
+#define CL_META_VERSION "classic_version"
 
 /* One __metadata__ entry. */
 typedef struct cl_ckpt_kv {
@@ -70,18 +84,6 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
  * file lacks, shape mismatches, non-float data.  On failure g is unchanged. */
 cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
                              cl_ckpt_load_report *rep);
-
-/* The training state: every optimizer state arena per parameter as
- * "<param>.<state>" (PyTorch's names: momentum_buffer, exp_avg,
- * exp_avg_sq), the per-segment step counters (segments in graph order) and
- * metadata (step, epoch, loader position, seed... as the caller gives). */
-cl_status cl_ckpt_save_state(const char *path, const cl_graph *g,
-                             const cl_optim *opt, const cl_ckpt_kv *meta,
-                             int n_meta);
-/* Restores what cl_ckpt_save_state wrote into opt (built for the same
- * graph); refuses a file for another model or optimizer, naming why. */
-cl_status cl_ckpt_load_state(const char *path, const cl_graph *g,
-                             cl_optim *opt);
 
 /* Reads metadata `key` of a safetensors file into buf ("" if absent). */
 cl_status cl_ckpt_read_meta(const char *path, const char *key, char *buf,

@@ -24,9 +24,9 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/recipe.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 #include "interop/interop.h"
-#include "report/report.h"
 
 /* Everything one run owns; released by run_free in reverse order. */
 typedef struct run {
@@ -56,6 +56,8 @@ typedef struct run {
     int in_c, side;
     int64_t steps_per_epoch;
     char *conv_paths; /* the resumed run's choice (autotune), or NULL */
+    const cl_train_hooks *hooks; /* the caller's, or NULL */
+    int hook_stop;               /* a hook asked to stop after this step */
 } run;
 
 static void run_free(run *r)
@@ -440,8 +442,8 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
         {"step", st},         {"seed", seed},
         {"model_file", path}, {"conv_paths", paths ? paths : ""},
         {"global_batch", gb}, {"steps_per_epoch", spe}};
-    return cl_ckpt_save_state(sp, &r->g, &r->opt, meta,
-                              (int)(sizeof meta / sizeof meta[0]));
+    return cl_train_state_save(sp, &r->g, &r->opt, meta,
+                               (int)(sizeof meta / sizeof meta[0]));
 }
 
 static void remove_checkpoint(const char *path)
@@ -544,7 +546,7 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
                         "to start a new run from these weights use "
                         "--pretrained",
                         path, sp);
-    CL_TRY(cl_error_wrap(cl_ckpt_load_state(sp, &r->g, &r->opt), "resume: "));
+    CL_TRY(cl_error_wrap(cl_train_state_load(sp, &r->g, &r->opt), "resume: "));
     CL_TRY(cl_ckpt_read_meta(sp, "epoch", buf, sizeof buf));
     *epoch = strtoll(buf, NULL, 10);
     CL_TRY(cl_ckpt_read_meta(sp, "next_batch", buf, sizeof buf));
@@ -654,14 +656,17 @@ static void stop_handlers_restore(const stop_handlers *h)
     sigaction(SIGTERM, &h->old_term, NULL);
 }
 
-/* The signal that asked to stop, 0 if none; every rank agrees (a signal
- * may reach only some of them), so all stop after the same step. */
+/* What asked to stop: the signal, -1 for the caller's hook, 0 if
+ * nothing; every rank agrees (a signal may reach only some of them), so
+ * all stop after the same step. */
 static int stop_requested(run *r)
 {
-    int64_t v = stop_signal;
+    int64_t v = stop_signal || r->hook_stop;
     if (r->d && cl_dist_allreduce_sum_i64(r->d, &v, 1) != CL_OK)
         return 0;
-    return v == 0 ? 0 : stop_signal ? (int)stop_signal : SIGTERM;
+    if (v == 0)
+        return 0;
+    return stop_signal ? (int)stop_signal : r->hook_stop ? -1 : SIGTERM;
 }
 
 /* After step: the step checkpoint (unless the interval just wrote it) and
@@ -678,11 +683,13 @@ static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
         CL_TRY(rotate(r, path));
     }
     return cl_error(CL_ERR_INTERRUPTED,
-                    "interrupted by %s after step %lld: checkpoint %s "
-                    "written; to continue, run the same command with "
-                    "--resume %s",
-                    sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step, path,
-                    path);
+                    "%s %s after step %lld: checkpoint %s written; to "
+                    "continue, run the same command with --resume %s",
+                    sig < 0 ? "stopped" : "interrupted",
+                    sig < 0         ? "by the caller"
+                    : sig == SIGINT ? "by SIGINT"
+                                    : "by SIGTERM",
+                    (long long)step, path, path);
 }
 
 /* ---- monitors -------------------------------------------------------- */
@@ -767,18 +774,6 @@ static int progress_bar(const cl_config *c)
            !(term && strcmp(term, "dumb") == 0);
 }
 
-/* report.html in the run directory; a failure to write it is a warning,
- * never a failed run. */
-static void write_report(run *r, int eval)
-{
-    if (!r->root)
-        return;
-    cl_report_opts ro = cl_report_opts_default();
-    ro.eval = eval;
-    if (cl_report_write(r->cfg->ckpt_save_dir, NULL, &ro) != CL_OK)
-        cl_log(r->lg, CL_LOG_WARN, "report: %s", cl_last_error());
-}
-
 /* A batch short of bad images (on_bad_image: skip) is topped up by
  * repeating its own samples: the graph is static in the batch size, and
  * every rank must take the same number of steps. */
@@ -858,8 +853,259 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
     return CL_OK;
 }
 
+/* ---- the loop's named steps ------------------------------------------ */
+
+/* What the loop carries from step to step. */
+typedef struct loop {
+    int64_t step; /* optimizer steps taken, resumed ones included */
+    cl_ema ema;   /* smoothed loss */
+    double t_start, wait0;
+    double t_epoch, t_mark, w_mark; /* epoch start; the last print's time */
+    double comm_mark, hook_mark;    /* grad_wait, grad_ready s at last print */
+    int64_t imgs, imgs_mark, skipped_mark;
+    int tty;
+    char last_good[640]; /* the newest checkpoint written */
+} loop;
+
+static void loop_init(loop *lp, run *r, int64_t step)
+{
+    memset(lp, 0, sizeof *lp);
+    lp->step = step;
+    cl_ema_init(&lp->ema, 0.98);
+    lp->t_start = cl_time_now();
+    lp->wait0 = cl_loader_wait_seconds(r->train_ld);
+    lp->tty = r->root && progress_bar(r->cfg);
+}
+
+/* The caller's hook, if any; a non-zero answer stops after this step. */
+static void emit(run *r, const cl_train_event *e)
+{
+    if (r->hooks && r->hooks->on_event &&
+        r->hooks->on_event(r->hooks->ctx, e) != 0)
+        r->hook_stop = 1;
+}
+
+static cl_status epoch_begin(run *r, loop *lp, int64_t epoch, int64_t first)
+{
+    lp->t_epoch = cl_time_now();
+    CL_TRY(cl_loader_seek(r->train_ld, epoch, first));
+    lp->t_mark = cl_time_now();
+    lp->w_mark = cl_loader_wait_seconds(r->train_ld);
+    lp->imgs_mark = lp->imgs;
+    return CL_OK;
+}
+
+static cl_status next_batch(run *r, cl_batch *b)
+{
+    CL_TRY(cl_loader_next(r->train_ld, b));
+    if (b->n > 0 && b->n < r->cfg->batch_size)
+        fill_batch(b, r->cfg->batch_size,
+                   (size_t)r->in_c * (size_t)r->side * (size_t)r->side);
+    return CL_OK;
+}
+
+/* Forward and backward of micro-batch bi; at the last micro-batch of a
+ * step the gradient average (accumulation, ranks), clipping and the
+ * optimizer step (*stepped = 1). */
+static cl_status train_step(run *r, loop *lp, const cl_batch *b, int64_t epoch,
+                            int64_t bi, float *loss, int *stepped)
+{
+    const cl_config *cfg = r->cfg;
+    const int accum = accum_of(cfg);
+    *stepped = 0;
+    CL_TRY(cl_backend_set_input(r->be, b->x, b->targets ? NULL : b->labels,
+                                b->targets));
+    CL_TRY(cl_backend_forward(r->be, 1, loss));
+    if (!isfinite(*loss))
+        return cl_error(CL_ERR_NUMERIC,
+                        "step %lld (epoch %lld): the loss is %s at lr %.4g; "
+                        "training stopped. Lower lr (e.g. --lr %.4g) or set "
+                        "grad_clip_norm; the last good checkpoint is %s",
+                        (long long)lp->step + 1, (long long)epoch + 1,
+                        isnan(*loss) ? "NaN" : "infinite",
+                        cl_lr_at(&r->lr, lp->step), r->lr.lr / 10,
+                        lp->last_good[0] ? lp->last_good
+                                         : "(none written yet)");
+    CL_TRY(cl_backend_backward(r->be));
+    lp->imgs += b->n;
+    cl_ema_add(&lp->ema, *loss);
+    cl_graph *g = &r->g;
+    if (accum > 1) {
+        for (size_t i = 0; i < g->n_param_floats; i++)
+            r->acc[i] += g->grads[i];
+        if ((bi + 1) % accum != 0)
+            return CL_OK;
+        for (size_t i = 0; i < g->n_param_floats; i++) {
+            g->grads[i] = r->acc[i] / (float)accum;
+            r->acc[i] = 0;
+        }
+    }
+    if (r->sync)
+        CL_TRY(cl_dist_grad_wait(r->sync));
+    if (cfg->grad_clip_norm > 0) {
+        double norm =
+            cl_optim_clip_grad(&r->opt, g->grads, cfg->grad_clip_norm);
+        if (!isfinite(norm))
+            return cl_error(CL_ERR_NUMERIC,
+                            "step %lld: the gradient norm is not finite; "
+                            "lower lr; the last good checkpoint is %s",
+                            (long long)lp->step + 1,
+                            lp->last_good[0] ? lp->last_good : "(none)");
+    }
+    CL_TRY(cl_optim_step(&r->opt, g->params, g->grads,
+                         cl_lr_at(&r->lr, lp->step)));
+    CL_TRY(cl_backend_sync_params(r->be));
+    lp->step++;
+    *stepped = 1;
+    return CL_OK;
+}
+
+/* Every per_print_times steps and at the epoch's last: the step line, its
+ * JSONL record and the STEP event, with the global batch's loss. */
+static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
+                          float loss)
+{
+    const cl_config *cfg = r->cfg;
+    if (cfg->per_print_times <= 0 || (lp->step % cfg->per_print_times != 0 &&
+                                      in_epoch != r->steps_per_epoch))
+        return CL_OK;
+    const int ranks = r->d ? r->d->size : 1;
+    const int64_t total = r->steps_per_epoch * cfg->epoch_size;
+    double now = cl_time_now(), dt = now - lp->t_mark;
+    double w = cl_loader_wait_seconds(r->train_ld) - lp->w_mark;
+    double ips = dt > 0 ? (double)(lp->imgs - lp->imgs_mark) / dt : 0;
+    double comm = 0, hook = 0, lv[2] = {loss, cl_ema_get(&lp->ema)};
+    if (r->sync) {
+        cl_dist_sync_stats ss;
+        cl_dist_grad_sync_stats(r->sync, &ss);
+        comm = ss.wait_s_total - lp->comm_mark;
+        lp->comm_mark = ss.wait_s_total;
+        hook = ss.hook_s_total - lp->hook_mark;
+        lp->hook_mark = ss.hook_s_total;
+        /* The logged loss is the global batch's: the mean of the ranks'
+         * means (equal batch sizes). */
+        CL_TRY(cl_dist_allreduce_sum_f64(r->d, lv, 2));
+        lv[0] /= r->d->size;
+        lv[1] /= r->d->size;
+    }
+    int64_t nsteps =
+        (lp->imgs - lp->imgs_mark) / (cfg->batch_size * accum_of(cfg));
+    double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
+    double left = lp->step < total ? ms * (double)(total - lp->step) / 1000 : 0;
+    /* The step's lr as the optimizer took it (a float). */
+    float lr = (float)cl_lr_at(&r->lr, lp->step - 1);
+    if (r->root) {
+        char msg[320], cs[32] = "", eta[32];
+        fmt_duration(left, eta, sizeof eta);
+        if (r->sync)
+            snprintf(cs, sizeof cs, " comm %.1f%%",
+                     dt > 0 ? 100 * comm / dt : 0);
+        snprintf(msg, sizeof msg,
+                 "epoch %lld/%d step %lld/%lld loss %.4f (avg %.4f) lr %.5g | "
+                 "%.1f img/s %.0f ms/step data %.1f%%%s | ETA %s",
+                 (long long)epoch + 1, cfg->epoch_size, (long long)in_epoch,
+                 (long long)r->steps_per_epoch, lv[0], lv[1], lr, ips * ranks,
+                 ms, dt > 0 ? 100 * w / dt : 0, cs, eta);
+        if (lp->tty)
+            printf("\r\033[K%s", msg);
+        else
+            printf("%s\n", msg);
+        fflush(stdout);
+    }
+    jsonl_step(r, lp->step, epoch + 1, lv[0], lv[1], lr, ips * ranks, ms,
+               dt > 0 ? w / dt : 0, dt > 0 ? comm / dt : 0,
+               dt > 0 ? hook / dt : 0);
+    cl_train_event e = {.kind = CL_TRAIN_EVENT_STEP,
+                        .step = lp->step,
+                        .total_steps = total,
+                        .epoch = epoch + 1,
+                        .loss = lv[0],
+                        .loss_avg = lv[1],
+                        .lr = lr,
+                        .img_s = ips * ranks};
+    emit(r, &e);
+    lp->t_mark = now;
+    lp->w_mark = cl_loader_wait_seconds(r->train_ld);
+    lp->imgs_mark = lp->imgs;
+    return CL_OK;
+}
+
+/* Every ckpt_save_interval steps: model and state, rotated. */
+static cl_status step_checkpoint(run *r, loop *lp, int64_t epoch,
+                                 int64_t next_batch)
+{
+    const cl_config *cfg = r->cfg;
+    if (cfg->ckpt_save_interval <= 0 ||
+        lp->step % cfg->ckpt_save_interval != 0 || !r->root)
+        return CL_OK;
+    char path[640];
+    snprintf(path, sizeof path, "%s/resnet%d-e%lld-s%lld.safetensors",
+             cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1,
+             (long long)lp->step);
+    CL_TRY(save_checkpoint(r, path, epoch, next_batch, lp->step));
+    CL_TRY(rotate(r, path));
+    snprintf(lp->last_good, sizeof lp->last_good, "%s", path);
+    return CL_OK;
+}
+
+/* The epoch's summary, its checkpoint, its evaluation, the EPOCH event. */
+static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
+                           cl_train_result *res)
+{
+    const cl_config *cfg = r->cfg;
+    if (lp->tty)
+        printf("\n");
+    double epoch_s = cl_time_now() - lp->t_epoch;
+    char es[32];
+    fmt_duration(epoch_s, es, sizeof es);
+    cl_log(r->lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %.4f",
+           (long long)epoch + 1, cfg->epoch_size, es, cl_ema_get(&lp->ema));
+    /* on_bad_image: skip must not hide what it dropped. */
+    cl_loader_stats ls;
+    cl_loader_get_stats(r->train_ld, &ls);
+    if (ls.skipped > lp->skipped_mark) {
+        cl_log(r->lg, CL_LOG_WARN,
+               "epoch %lld: %lld unreadable image(s) skipped "
+               "(on_bad_image: skip); the last: %s",
+               (long long)epoch + 1, (long long)(ls.skipped - lp->skipped_mark),
+               ls.last_skipped);
+        lp->skipped_mark = ls.skipped;
+    }
+    res->epochs = (int)epoch + 1;
+    int last = epoch + 1 == cfg->epoch_size;
+    if (cfg->ckpt_save_epochs > 0 &&
+        ((epoch + 1) % cfg->ckpt_save_epochs == 0 || last) && r->root) {
+        char path[640];
+        snprintf(path, sizeof path, "%s/resnet%d-e%lld.safetensors",
+                 cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1);
+        CL_TRY(save_checkpoint(r, path, epoch,
+                               cl_loader_batches_per_epoch(r->train_ld),
+                               lp->step));
+        CL_TRY(rotate(r, path));
+        snprintf(lp->last_good, sizeof lp->last_good, "%s", path);
+    }
+    cl_train_event e = {.kind = CL_TRAIN_EVENT_EPOCH,
+                        .step = lp->step,
+                        .total_steps = r->steps_per_epoch * cfg->epoch_size,
+                        .epoch = epoch + 1,
+                        .loss_avg = cl_ema_get(&lp->ema),
+                        .last_epoch = last,
+                        .val_top1 = NAN,
+                        .val_top5 = NAN,
+                        .val_loss = NAN};
+    if (r->val_ld && ((epoch + 1) % cfg->val_interval == 0 || last)) {
+        CL_TRY(run_eval(r, epoch, lp->step, epoch_s, res));
+        e.evaluated = 1;
+        e.val_top1 = res->val_top1;
+        e.val_top5 = res->val_top5;
+        e.val_loss = res->val_loss;
+    }
+    emit(r, &e);
+    return CL_OK;
+}
+
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
-                       cl_train_result *res)
+                       const cl_train_hooks *hooks, cl_train_result *res)
 {
     run r;
     cl_status s;
@@ -870,6 +1116,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     r.cfg = cfg;
     r.d = d && d->size > 1 ? d : NULL;
     r.lg = lg;
+    r.hooks = hooks;
     r.root = !d || d->rank == 0;
     cl_strbuf_init(&r.line);
     stop_handlers_install(&sh);
@@ -910,10 +1157,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         cl_log(lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
     }
 
-    const int accum = cfg->accumulation_steps > 0 ? cfg->accumulation_steps : 1;
-    const int64_t batches = cl_loader_batches_per_epoch(r.train_ld);
-    const int64_t total = r.steps_per_epoch * cfg->epoch_size;
-    const int tty = r.root && progress_bar(cfg);
+    const int accum = accum_of(cfg);
     cl_log(
         lg, CL_LOG_INFO,
         "training resnet%d (%s stem, %lld parameters) on %s: %lld "
@@ -930,202 +1174,48 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
                               : "bf16 activations, f32 master weights");
 
-    cl_ema ema;
-    cl_ema_init(&ema, 0.98);
-    double t_start = cl_time_now(), wait0 = cl_loader_wait_seconds(r.train_ld);
-    /* grad_wait and grad_ready seconds at the last print */
-    double comm_mark = 0, hook_mark = 0;
-    int64_t imgs = 0, skipped_mark = 0;
-    char last_good[640] = "";
+    /* The loop: next batch, step, log, checkpoint, stop; at each epoch's
+     * end its checkpoint and evaluation. */
+    loop lp;
+    loop_init(&lp, &r, step);
     for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
-        double t_epoch = cl_time_now();
         int64_t first = epoch == epoch0 ? batch0 : 0;
-        if ((s = cl_loader_seek(r.train_ld, epoch, first)) != CL_OK)
+        if ((s = epoch_begin(&r, &lp, epoch, first)) != CL_OK)
             goto fail;
-        double t_mark = cl_time_now();
-        double w_mark = cl_loader_wait_seconds(r.train_ld);
-        int64_t imgs_mark = imgs;
         for (int64_t bi = first; bi < r.steps_per_epoch * accum; bi++) {
             cl_batch b;
-            if ((s = cl_loader_next(r.train_ld, &b)) != CL_OK)
+            float loss = 0;
+            int stepped = 0;
+            if ((s = next_batch(&r, &b)) != CL_OK)
                 goto fail;
             if (b.n == 0)
                 break;
-            if (b.n < cfg->batch_size)
-                fill_batch(&b, cfg->batch_size, r.in_c * r.side * r.side);
-            float loss = 0;
-            if ((s = cl_backend_set_input(r.be, b.x,
-                                          b.targets ? NULL : b.labels,
-                                          b.targets)) != CL_OK ||
-                (s = cl_backend_forward(r.be, 1, &loss)) != CL_OK)
+            if ((s = train_step(&r, &lp, &b, epoch, bi, &loss, &stepped)) !=
+                CL_OK)
                 goto fail;
-            if (!isfinite(loss)) {
-                s = cl_error(
-                    CL_ERR_NUMERIC,
-                    "step %lld (epoch %lld): the loss is %s at lr %.4g; "
-                    "training stopped. Lower lr (e.g. --lr %.4g) or set "
-                    "grad_clip_norm; the last good checkpoint is %s",
-                    (long long)step + 1, (long long)epoch + 1,
-                    isnan(loss) ? "NaN" : "infinite", cl_lr_at(&r.lr, step),
-                    r.lr.lr / 10,
-                    last_good[0] ? last_good : "(none written yet)");
-                goto fail;
-            }
-            if ((s = cl_backend_backward(r.be)) != CL_OK)
-                goto fail;
-            imgs += b.n;
-            cl_ema_add(&ema, loss);
-            if (accum > 1) {
-                for (size_t i = 0; i < r.g.n_param_floats; i++)
-                    r.acc[i] += r.g.grads[i];
-                if ((bi + 1) % accum != 0)
-                    continue;
-                for (size_t i = 0; i < r.g.n_param_floats; i++) {
-                    r.g.grads[i] = r.acc[i] / (float)accum;
-                    r.acc[i] = 0;
-                }
-            }
-            if (r.sync && (s = cl_dist_grad_wait(r.sync)) != CL_OK)
-                goto fail;
-            if (cfg->grad_clip_norm > 0) {
-                double norm =
-                    cl_optim_clip_grad(&r.opt, r.g.grads, cfg->grad_clip_norm);
-                if (!isfinite(norm)) {
-                    s = cl_error(CL_ERR_NUMERIC,
-                                 "step %lld: the gradient norm is not "
-                                 "finite; lower lr; the last good "
-                                 "checkpoint is %s",
-                                 (long long)step + 1,
-                                 last_good[0] ? last_good : "(none)");
-                    goto fail;
-                }
-            }
-            float lr = cl_lr_at(&r.lr, step);
-            if ((s = cl_optim_step(&r.opt, r.g.params, r.g.grads, lr)) !=
+            if (!stepped)
+                continue;
+            if ((s = log_step(&r, &lp, epoch, (bi + 1) / accum, loss)) !=
                     CL_OK ||
-                (s = cl_backend_sync_params(r.be)) != CL_OK)
+                (s = step_checkpoint(&r, &lp, epoch, bi + 1)) != CL_OK)
                 goto fail;
-            step++;
-            int64_t in_epoch = (bi + 1) / accum;
-            if (cfg->per_print_times > 0 && (step % cfg->per_print_times == 0 ||
-                                             in_epoch == r.steps_per_epoch)) {
-                double now = cl_time_now();
-                double dt = now - t_mark;
-                double w = cl_loader_wait_seconds(r.train_ld) - w_mark;
-                double ips = dt > 0 ? (double)(imgs - imgs_mark) / dt : 0;
-                double comm = 0, hook = 0, lv[2] = {loss, cl_ema_get(&ema)};
-                if (r.sync) {
-                    cl_dist_sync_stats ss;
-                    cl_dist_grad_sync_stats(r.sync, &ss);
-                    comm = ss.wait_s_total - comm_mark;
-                    comm_mark = ss.wait_s_total;
-                    hook = ss.hook_s_total - hook_mark;
-                    hook_mark = ss.hook_s_total;
-                    /* The logged loss is the global batch's: the mean of
-                     * the ranks' means (equal batch sizes). */
-                    if ((s = cl_dist_allreduce_sum_f64(r.d, lv, 2)) != CL_OK)
-                        goto fail;
-                    lv[0] /= r.d->size;
-                    lv[1] /= r.d->size;
-                }
-                int64_t nsteps = (imgs - imgs_mark) / (cfg->batch_size * accum);
-                double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
-                double left =
-                    step < total ? ms * (double)(total - step) / 1000 : 0;
-                char eta[32];
-                fmt_duration(left, eta, sizeof eta);
-                if (r.root) {
-                    char msg[320], cs[32] = "";
-                    if (r.sync)
-                        snprintf(cs, sizeof cs, " comm %.1f%%",
-                                 dt > 0 ? 100 * comm / dt : 0);
-                    snprintf(msg, sizeof msg,
-                             "epoch %lld/%d step %lld/%lld loss %.4f (avg "
-                             "%.4f) lr %.5g | %.1f img/s %.0f ms/step data "
-                             "%.1f%%%s | ETA %s",
-                             (long long)epoch + 1, cfg->epoch_size,
-                             (long long)in_epoch, (long long)r.steps_per_epoch,
-                             lv[0], lv[1], lr, ips * (d ? d->size : 1), ms,
-                             dt > 0 ? 100 * w / dt : 0, cs, eta);
-                    if (tty)
-                        printf("\r\033[K%s", msg);
-                    else
-                        printf("%s\n", msg);
-                    fflush(stdout);
-                }
-                jsonl_step(&r, step, epoch + 1, lv[0], lv[1], lr,
-                           ips * (d ? d->size : 1), ms, dt > 0 ? w / dt : 0,
-                           dt > 0 ? comm / dt : 0, dt > 0 ? hook / dt : 0);
-                t_mark = now;
-                w_mark = cl_loader_wait_seconds(r.train_ld);
-                imgs_mark = imgs;
-            }
-            if (cfg->ckpt_save_interval > 0 &&
-                step % cfg->ckpt_save_interval == 0 && r.root) {
-                char path[640];
-                snprintf(path, sizeof path,
-                         "%s/resnet%d-e%lld-s%lld.safetensors",
-                         cfg->ckpt_save_dir, r.model.depth,
-                         (long long)epoch + 1, (long long)step);
-                if ((s = save_checkpoint(&r, path, epoch, bi + 1, step)) !=
-                        CL_OK ||
-                    (s = rotate(&r, path)) != CL_OK)
-                    goto fail;
-                snprintf(last_good, sizeof last_good, "%s", path);
-            }
             int sig = stop_requested(&r);
             if (sig) {
-                res->stop_signal = sig;
-                s = stop_now(&r, sig, epoch, bi + 1, step, last_good);
+                res->stop_signal = sig > 0 ? sig : 0;
+                s = stop_now(&r, sig, epoch, bi + 1, lp.step, lp.last_good);
                 goto fail;
             }
         }
-        if (tty)
-            printf("\n");
-        double epoch_s = cl_time_now() - t_epoch;
-        char es[32];
-        fmt_duration(epoch_s, es, sizeof es);
-        cl_log(lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %.4f",
-               (long long)epoch + 1, cfg->epoch_size, es, cl_ema_get(&ema));
-        /* on_bad_image: skip must not hide what it dropped. */
-        cl_loader_stats ls;
-        cl_loader_get_stats(r.train_ld, &ls);
-        if (ls.skipped > skipped_mark) {
-            cl_log(lg, CL_LOG_WARN,
-                   "epoch %lld: %lld unreadable image(s) skipped "
-                   "(on_bad_image: skip); the last: %s",
-                   (long long)epoch + 1, (long long)(ls.skipped - skipped_mark),
-                   ls.last_skipped);
-            skipped_mark = ls.skipped;
-        }
-        res->epochs = (int)epoch + 1;
-        int last_epoch = epoch + 1 == cfg->epoch_size;
-        if (cfg->ckpt_save_epochs > 0 &&
-            ((epoch + 1) % cfg->ckpt_save_epochs == 0 || last_epoch) &&
-            r.root) {
-            char path[640];
-            snprintf(path, sizeof path, "%s/resnet%d-e%lld.safetensors",
-                     cfg->ckpt_save_dir, r.model.depth, (long long)epoch + 1);
-            if ((s = save_checkpoint(&r, path, epoch, batches, step)) !=
-                    CL_OK ||
-                (s = rotate(&r, path)) != CL_OK)
-                goto fail;
-            snprintf(last_good, sizeof last_good, "%s", path);
-        }
-        if (r.val_ld && ((epoch + 1) % cfg->val_interval == 0 || last_epoch))
-            if ((s = run_eval(&r, epoch, step, epoch_s, res)) != CL_OK)
-                goto fail;
-        /* The curves so far, for a person watching a long run. */
-        if (!last_epoch)
-            write_report(&r, 0);
+        if ((s = epoch_end(&r, &lp, epoch, res)) != CL_OK)
+            goto fail;
     }
-    res->seconds = cl_time_now() - t_start;
-    res->steps = step;
-    res->last_loss = cl_ema_get(&ema);
-    res->img_per_s = res->seconds > 0 ? (double)imgs / res->seconds : 0;
+    res->seconds = cl_time_now() - lp.t_start;
+    res->steps = lp.step;
+    res->last_loss = cl_ema_get(&lp.ema);
+    res->img_per_s = res->seconds > 0 ? (double)lp.imgs / res->seconds : 0;
     res->data_wait_share =
         res->seconds > 0
-            ? (cl_loader_wait_seconds(r.train_ld) - wait0) / res->seconds
+            ? (cl_loader_wait_seconds(r.train_ld) - lp.wait0) / res->seconds
             : 0;
     if (r.root) {
         snprintf(res->last_ckpt, sizeof res->last_ckpt,
@@ -1133,11 +1223,9 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                  r.model.depth);
         if ((s = save_checkpoint(&r, res->last_ckpt,
                                  cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
-                                 batches, step)) != CL_OK)
+                                 cl_loader_batches_per_epoch(r.train_ld),
+                                 lp.step)) != CL_OK)
             goto fail;
-        /* The final report also evaluates the checkpoint (confusion matrix,
-         * misclassified images) when the run has a validation split. */
-        write_report(&r, r.val_ld != NULL);
     }
     s = CL_OK;
 fail:

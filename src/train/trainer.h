@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "dist/dist.h"
+#include "io/checkpoint.h"
 #include "io/config.h"
 
 typedef struct cl_train_result {
@@ -24,6 +25,31 @@ typedef struct cl_train_result {
     int stop_signal; /* SIGINT/SIGTERM that stopped the run, else 0 */
 } cl_train_result;
 
+/* What the loop tells a caller's hook. */
+typedef enum cl_train_event_kind {
+    CL_TRAIN_EVENT_STEP, /* a printed step (every per_print_times) */
+    CL_TRAIN_EVENT_EPOCH /* an epoch's end, after its evaluation if any */
+} cl_train_event_kind;
+
+typedef struct cl_train_event {
+    cl_train_event_kind kind;
+    int64_t step, total_steps; /* optimizer steps so far / in the run */
+    int64_t epoch;             /* 1-based */
+    double loss, loss_avg;     /* the global batch's; smoothed */
+    double lr, img_s;          /* STEP: the step's lr, all ranks' img/s */
+    int last_epoch;            /* EPOCH: the run's last */
+    int evaluated;             /* EPOCH: the val_* below are this epoch's */
+    double val_top1, val_top5, val_loss;
+} cl_train_event;
+
+/* on_event runs on every rank, in the training thread, between steps; a
+ * non-zero return asks the run to stop after the current step with a
+ * checkpoint, as SIGINT does (CL_ERR_INTERRUPTED, stop_signal 0). */
+typedef struct cl_train_hooks {
+    void *ctx;
+    int (*on_event)(void *ctx, const cl_train_event *e);
+} cl_train_hooks;
+
 /* Trains as cfg says.  d may be NULL (single process).  Only rank 0
  * writes files and logs (lg is used as given; pass a quiet logger on other
  * ranks).  CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
@@ -33,21 +59,6 @@ typedef struct cl_train_result {
  * --resume; res->stop_signal says which signal), a second ends the process
  * at once; the previous handlers are restored on return. */
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
-                       cl_train_result *res);
-
-/* The metadata keys every classic model checkpoint carries. */
-#define CL_META_ARCH "arch"
-#define CL_META_STEM "stem"
-#define CL_META_IN_CHANNELS "in_channels"
-#define CL_META_NUM_CLASSES "num_classes"
-#define CL_META_IMAGE_SIZE "image_size"
-#define CL_META_CLASS_NAMES "class_names" /* a JSON array of strings */
-#define CL_META_MEAN "mean"               /* "0.286,0.286,0.286" */
-#define CL_META_STD "std"
-#define CL_META_EPOCH "epoch"
-#define CL_META_STEP "step"
-#define CL_META_DATASET "dataset"
-#define CL_META_CONFIG "config" /* the resolved YAML */
-#define CL_META_VERSION "classic_version"
+                       const cl_train_hooks *hooks, cl_train_result *res);
 
 #endif
