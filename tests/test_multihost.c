@@ -31,10 +31,12 @@
     "--random_crop_padding 0 --hflip 0 --label_smoothing 0 "                   \
     "--num_parallel_workers 1 --mean 0.286 --std 0.353 --seed 7 "              \
     "--shuffle true --scheduler constant --warmup_epochs 0 --lr 0.01 "         \
-    "--val_interval 0 --ckpt_save_epochs 0 --per_print_times 1 "
+    "--ckpt_save_epochs 0 --per_print_times 1 "
 /* The shared-memory SyncBN tests' tolerances (tests/test_dist_train.c):
  * losses relative, weights in allclose units. */
 #define LOSS_TOL 1e-5
+/* A validation of 50 samples: odd, so not a multiple of any host count. */
+#define VAL "--val_interval 1 --limit_val 50 "
 #define WTOL 1.0
 
 static char hosts[1024];
@@ -118,7 +120,7 @@ static void equal_one_process_on(int n)
     char args[2048], one[600], many[600];
     snprintf(one, sizeof one, "%s", cl_test_path("one"));
     snprintf(args, sizeof args,
-             "OMP_NUM_THREADS=1 %s train " QUICK
+             "OMP_NUM_THREADS=1 %s train " QUICK VAL
              "--backend ref --limit_train 16 "
              "--epoch_size 1 --batch_size 8 --ckpt_save_dir %s >%s/one.out "
              "2>&1",
@@ -126,7 +128,7 @@ static void equal_one_process_on(int n)
     CHECK(cl_test_run(args) == 0);
     snprintf(many, sizeof many, "%s", cl_test_path("many"));
     snprintf(args, sizeof args,
-             "train " QUICK "--backend ref --sync_bn true --limit_train 16 "
+             "train " QUICK VAL "--backend ref --sync_bn true --limit_train 16 "
              "--epoch_size 1 --batch_size %d --ckpt_save_dir %s",
              8 / n, many);
     CHECK(run_across(n, args, NULL) == 0);
@@ -138,6 +140,24 @@ static void equal_one_process_on(int n)
     double w = -1, l = compare_runs(one, many, 2, &w);
     CHECK(l >= 0 && l < LOSS_TOL);
     CHECK(w >= 0 && w <= WTOL);
+    /* The validation: the same 50 samples counted once across the hosts,
+     * the same accuracy and loss. */
+    char pa[700], pb[700];
+    double ta[4], tb[4], na[4], nb[4], va[4], vb[4];
+    int64_t s[4];
+    snprintf(pa, sizeof pa, "%s/metrics.jsonl", one);
+    snprintf(pb, sizeof pb, "%s/metrics.jsonl", many);
+    REQUIRE(cl_test_read_metric(pa, "eval", "val_top1", ta, s, 4) == 1);
+    REQUIRE(cl_test_read_metric(pb, "eval", "val_top1", tb, s, 4) == 1);
+    REQUIRE(cl_test_read_metric(pa, "eval", "val_samples", na, s, 4) == 1);
+    REQUIRE(cl_test_read_metric(pb, "eval", "val_samples", nb, s, 4) == 1);
+    REQUIRE(cl_test_read_metric(pa, "eval", "val_loss", va, s, 4) == 1);
+    REQUIRE(cl_test_read_metric(pb, "eval", "val_loss", vb, s, 4) == 1);
+    fprintf(stderr, "  validation: top-1 %.4f vs %.4f, loss %.7f vs %.7f\n",
+            ta[0], tb[0], va[0], vb[0]);
+    CHECK(na[0] == 50 && nb[0] == 50);
+    CHECK(ta[0] == tb[0]);
+    CHECK(fabs(va[0] - vb[0]) / va[0] < LOSS_TOL);
 }
 
 /* Each test makes its hosts and removes them whatever the checks say. */
@@ -163,7 +183,8 @@ CL_TEST(four_hosts_equal_one_process)
 /* The training every fault test starts on 2 hosts: onednn, a checkpoint
  * every step, a 5 s watchdog, steps enough to outlast the fault. */
 #define FAULT_RUN                                                              \
-    "train " QUICK "--limit_train 2048 --epoch_size 1 --batch_size 8 "         \
+    "train " QUICK                                                             \
+    "--val_interval 0 --limit_train 2048 --epoch_size 1 --batch_size 8 "       \
     "--ckpt_save_interval 1 --keep_checkpoint_max 3 --dist_timeout 5 "
 
 static int start_across(int n, const char *args, const char *log)
@@ -327,8 +348,8 @@ static void slow_link_on_hosts(void)
     double tf = 0, ts = 0;
     snprintf(fast, sizeof fast, "%s", cl_test_path("fast"));
     snprintf(slow, sizeof slow, "%s", cl_test_path("slow"));
-    const char *common = "train " QUICK "--limit_train 32 --epoch_size 1 "
-                         "--batch_size 4 --ckpt_save_epochs 0 ";
+    const char *common = "train " QUICK "--val_interval 0 --limit_train 32 "
+                         "--epoch_size 1 --batch_size 4 ";
     snprintf(args, sizeof args, "%s--ckpt_save_dir %s", common, fast);
     REQUIRE(run_across(2, args, &tf) == 0);
     snprintf(what, sizeof what, "rate %s 1 100mbit", hosts);
