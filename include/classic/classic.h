@@ -58,10 +58,10 @@ typedef struct cl_prediction {
 } cl_prediction;
 
 /* Opens a checkpoint for inference into *out: a classic checkpoint, a plain
- * safetensors file with torchvision's names, a PyTorch .pth or a MindSpore
- * .ckpt; arch ("resnet50", may be NULL) is checked against the file or
- * picks the ResNet of weights without metadata; backend is "onednn" (NULL)
- * or "ref" (the plain reference kernels).  Thread-safe. */
+ * safetensors file with torchvision's names or a PyTorch .pth; arch
+ * ("resnet50", may be NULL) is checked against the file or picks the ResNet of
+ * weights without metadata; backend is "onednn" (NULL) or "ref" (the plain
+ * reference kernels).  Thread-safe. */
 CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
                                     const char *arch, const char *backend);
 /* Frees a classifier and everything it owns; NULL is a no-op.  Not to be
