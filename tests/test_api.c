@@ -4,6 +4,7 @@
  * every function's failure paths.
  * ctest-labels: api */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,4 +297,54 @@ CL_TEST(failures_are_one_sentence)
     CHECK_OK(cl_classifier_classify(c, px, CL_PIXEL_U8, 16, 16, 3, probs));
     cl_classifier_free(c);
     CHECK(strcmp(cl_version(), CL_VERSION_STRING) == 0);
+}
+
+typedef struct worker {
+    cl_classifier *c;
+    const uint8_t *px;
+    float probs[2];
+    cl_status st;
+} worker;
+
+static void *classify_in_thread(void *arg)
+{
+    worker *w = arg;
+    for (int i = 0; i < 3 && w->st == CL_OK; i++)
+        w->st = cl_classifier_classify(w->c, w->px, CL_PIXEL_U8, 24, 30, 3,
+                                       w->probs);
+    return NULL;
+}
+
+/* Distinct handles may run at once in distinct threads (the header's
+ * promise): each gives what it gives alone. */
+CL_TEST(two_handles_in_two_threads)
+{
+    cl_status st;
+    const char *ck = train_tiny("run", 1, NULL, NULL, &st);
+    REQUIRE_OK(st);
+    static uint8_t px[2][24 * 30 * 3];
+    picture(px[0], 24, 30, 3);
+    for (int i = 0; i < 24 * 30 * 3; i++)
+        px[1][i] = (uint8_t)(255 - px[0][i]);
+    worker w[2];
+    float alone[2][2];
+    memset(w, 0, sizeof w);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE_OK(cl_classifier_load(&w[k].c, ck, NULL, NULL));
+        w[k].px = px[k];
+        REQUIRE_OK(cl_classifier_classify(w[k].c, px[k], CL_PIXEL_U8, 24, 30, 3,
+                                          alone[k]));
+    }
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        REQUIRE(pthread_create(&t[k], NULL, classify_in_thread, &w[k]) == 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(w[k].st);
+        /* Near, not equal: OpenMP may give a nested team other sizes. */
+        CHECK_NEAR(w[k].probs[0], alone[k][0], 1e-5);
+        CHECK_NEAR(w[k].probs[1], alone[k][1], 1e-5);
+        cl_classifier_free(w[k].c);
+    }
 }
