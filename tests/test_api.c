@@ -297,6 +297,12 @@ CL_TEST(failures_are_one_sentence)
     CHECK_OK(cl_classifier_classify(c, px, CL_PIXEL_U8, 16, 16, 3, probs));
     cl_classifier_free(c);
     CHECK(strcmp(cl_version(), CL_VERSION_STRING) == 0);
+    CHECK(strcmp(cl_status_name(CL_ERR_SHAPE), "CL_ERR_SHAPE") == 0);
+    CHECK(strcmp(cl_status_name((cl_status)-999), "CL_UNKNOWN") == 0);
+    CHECK(strcmp(cl_status_message(CL_ERR_ARG), "invalid argument") == 0);
+    CHECK(cl_last_error()[0] != '\0');
+    cl_clear_error();
+    CHECK(cl_last_error()[0] == '\0');
 }
 
 typedef struct worker {

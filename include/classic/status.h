@@ -43,13 +43,15 @@ typedef enum cl_status {
 #undef CL__STATUS_ENUM
 } cl_status;
 
-/* "CL_ERR_IO" for CL_ERR_IO; "CL_UNKNOWN" for values outside the table. */
+/* "CL_ERR_IO" for CL_ERR_IO; "CL_UNKNOWN" for values outside the table.
+ * Thread-safe. */
 CL_API const char *cl_status_name(cl_status s);
-/* The table's one-line description of s. */
+/* The table's one-line description of s.  Thread-safe. */
 CL_API const char *cl_status_message(cl_status s);
 
 /* The detail of the last failure on the calling thread: one sentence that
- * names the file, field or value at fault.  Never NULL; "" when none. */
+ * names the file, field or value at fault.  Never NULL; "" when none.
+ * Thread-safe: each thread has its own. */
 CL_API const char *cl_last_error(void);
 /* Empties the calling thread's detail; thread-safe. */
 CL_API void cl_clear_error(void);
