@@ -22,8 +22,9 @@ build: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Installs the headers, libclassic.a and libclassic.so, the classic binary
-# and classic.pc under PREFIX (lib/, include/classic/, bin/).
+# Installs the headers, libclassic.a and libclassic.so, the classic binary,
+# classic.pc and the Python module under PREFIX (include/classic/, lib/,
+# lib/python3/dist-packages/, bin/).
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -3,7 +3,7 @@
 # checks that libclassic.so exports the public API only, builds
 # examples/classify.c against the installed copy through pkg-config and
 # runs it on a checkpoint that the installed `classic` trains on a tiny
-# generated ImageFolder.  Usage: scripts/check-install.sh [BUILD_DIR]
+# generated ImageFolder, then asks the installed Python module the same.  Usage: scripts/check-install.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-${BUILD:-build}}
@@ -60,3 +60,19 @@ echo "$out"
 echo "$out" | grep -Eq '^  1\. (dark|light) ' ||
     { echo "check-install: the example printed no top class" >&2; exit 1; }
 echo "check-install: examples/classify.c built against the install and ran"
+
+# The installed Python module finds the installed library by itself and
+# names the same top class.
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    py=$(PYTHONPATH="$libdir/python3/dist-packages" /usr/bin/python3 -c '
+import sys, classic
+m = classic.Model(sys.argv[1])
+print(m.top_k(sys.argv[2], 1)[0][0])' "$tmp/ckpt/resnet18-last.safetensors" \
+        "$tmp/data/val/dark/0.png")
+    want=$(echo "$out" | awk '$1 == "1." {print $2}')
+    [ "$py" = "$want" ] || {
+        echo "check-install: python says '$py', the example '$want'" >&2
+        exit 1
+    }
+    echo "check-install: the installed Python module agrees ($py)"
+fi
