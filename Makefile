@@ -10,7 +10,8 @@ WERROR ?= OFF
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCL_WERROR=$(WERROR) \
   -DCL_ARCH=$(ARCH)
 
-.PHONY: all deps build demo test test-sanitize format format-check clean
+.PHONY: all deps build demo test test-sanitize format format-check clean \
+  install
 
 all: build
 
@@ -20,6 +21,13 @@ deps:
 build: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
+
+# Installs the headers, libclassic.a and libclassic.so, the classic binary,
+# classic.pc and the Python module under PREFIX (include/classic/, lib/,
+# lib/python3/dist-packages/, bin/).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	bash scripts/demo.sh $(BUILD)

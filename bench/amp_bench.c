@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/rng.h"

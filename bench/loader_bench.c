@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "core/timer.h"
 #include "data/data.h"
 

@@ -11,6 +11,7 @@ PKGS=(
   dataset-fashion-mnist
   chromium
   python3-torch python3-torchvision nodejs npm
+  python3-numpy python3-pytest
   clang clang-format libclang-rt-14-dev libomp-14-dev
 )
 

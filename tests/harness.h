@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 typedef void (*cl_test_fn)(void);
 void cl_test_register(const char *name, cl_test_fn fn);

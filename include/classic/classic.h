@@ -1,50 +1,176 @@
-/* Public entry point of libclassic: status codes, error detail, version. */
+/* Public API of libclassic: open a trained ResNet and classify or embed
+ * images with it, or train one from a YAML recipe.
+ *
+ * Example: the five likeliest classes of one image.
+ *
+ *     cl_classifier *c = NULL;
+ *     if (cl_classifier_load(&c, "resnet18-best.safetensors", NULL,
+ *                            NULL) != CL_OK) {
+ *         fprintf(stderr, "%s\n", cl_last_error());
+ *         return 1;
+ *     }
+ *     float *probs = malloc(cl_classifier_num_classes(c) * sizeof *probs);
+ *     cl_prediction top[5];
+ *     if (cl_classifier_classify_file(c, "cat.jpg", probs) == CL_OK) {
+ *         int n = cl_classifier_top_k(c, probs, 5, top);
+ *         for (int i = 0; i < n; i++)
+ *             printf("%s %.3f\n", top[i].name, top[i].prob);
+ *     }
+ *     free(probs);
+ *     cl_classifier_free(c);
+ *
+ * Every function that can fail returns a cl_status (CL_OK is 0, failures
+ * are negative) and leaves one sentence in cl_last_error() naming the file,
+ * argument or value at fault.  The library never exits the process.
+ *
+ * Threads: a cl_classifier holds its own buffers, so calls on one handle
+ * must not overlap; distinct handles may be used from distinct threads at
+ * once.  Error details are per thread.  docs/api.md says more. */
 #ifndef CLASSIC_CLASSIC_H
 #define CLASSIC_CLASSIC_H
+
+#include <stddef.h>
+
+#include "classic/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define CL_VERSION_MAJOR 0
-#define CL_VERSION_MINOR 1
-#define CL_VERSION_PATCH 0
-#define CL_VERSION_STRING "0.1.0"
+/* ------------------------------------------------------------- inference */
 
-/* Status codes: zero is success, failures are negative.  Generated from one
- * table so that the enum, the names and the default messages never drift. */
-#define CL_STATUS_TABLE(X)                                                     \
-    X(CL_OK, 0, "success")                                                     \
-    X(CL_ERR_NOMEM, -1, "out of memory")                                       \
-    X(CL_ERR_IO, -2, "input/output error")                                     \
-    X(CL_ERR_FORMAT, -3, "malformed input")                                    \
-    X(CL_ERR_ARG, -4, "invalid argument")                                      \
-    X(CL_ERR_SHAPE, -5, "shape mismatch")                                      \
-    X(CL_ERR_UNSUPPORTED, -6, "unsupported")                                   \
-    X(CL_ERR_LIMIT, -7, "input exceeds a limit")                               \
-    X(CL_ERR_NUMERIC, -8, "numerical failure")                                 \
-    X(CL_ERR_BACKEND, -9, "backend failure")                                   \
-    X(CL_ERR_CONFIG, -10, "invalid configuration")                             \
-    X(CL_ERR_DIST, -11, "distributed failure")                                 \
-    X(CL_ERR_INTERRUPTED, -12, "interrupted")
+/* A trained model opened for inference, with its class names and its
+ * preprocessing (opaque; cl_classifier_load / cl_classifier_free). */
+typedef struct cl_classifier cl_classifier;
 
-typedef enum cl_status {
-#define CL__STATUS_ENUM(name, value, msg) name = value,
-    CL_STATUS_TABLE(CL__STATUS_ENUM)
-#undef CL__STATUS_ENUM
-} cl_status;
+/* The element type of an in-memory image's pixels. */
+typedef enum cl_pixel_type {
+    CL_PIXEL_U8 = 0, /* 0..255 */
+    CL_PIXEL_F32 = 1 /* 0..1, clamped, rounded to 8 bits as a decoder would */
+} cl_pixel_type;
 
-/* "CL_ERR_IO" for CL_ERR_IO; "CL_UNKNOWN" for values outside the table. */
-const char *cl_status_name(cl_status s);
-/* The table's one-line description of s. */
-const char *cl_status_message(cl_status s);
+/* One entry of a top-k list; name points into the classifier and lives as
+ * long as it does. */
+typedef struct cl_prediction {
+    int index;        /* class index, 0 .. num_classes - 1 */
+    float prob;       /* softmax probability */
+    const char *name; /* class name, "" when the checkpoint has none */
+} cl_prediction;
 
-/* The detail of the last failure on the calling thread: one sentence that
- * names the file, field or value at fault.  Never NULL; "" when none. */
-const char *cl_last_error(void);
-void cl_clear_error(void);
+/* Opens a checkpoint for inference into *out: a classic checkpoint, a plain
+ * safetensors file with torchvision's names or a PyTorch .pth; arch
+ * ("resnet50", may be NULL) is checked against the file or picks the ResNet of
+ * weights without metadata; backend is "onednn" (NULL) or "ref" (the plain
+ * reference kernels).  Thread-safe. */
+CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
+                                    const char *arch, const char *backend);
+/* Frees a classifier and everything it owns; NULL is a no-op.  Not to be
+ * called while another thread uses c. */
+CL_API void cl_classifier_free(cl_classifier *c);
 
-const char *cl_version(void);
+/* The number of classes (the length of a probability row), 0 for NULL.
+ * Thread-safe. */
+CL_API int cl_classifier_num_classes(const cl_classifier *c);
+/* Class k's name ("" when unknown), NULL when c is NULL or k out of range.
+ * Thread-safe. */
+CL_API const char *cl_classifier_class_name(const cl_classifier *c, int k);
+/* The length of an embedding (512 for resnet18, 2048 for resnet50), 0 for
+ * NULL.  Thread-safe. */
+CL_API int cl_classifier_embed_dim(const cl_classifier *c);
+/* The network's input: channels and side in pixels, after preprocessing.
+ * Thread-safe. */
+CL_API cl_status cl_classifier_input(const cl_classifier *c, int *channels,
+                                     int *side);
+
+/* Decodes a JPEG or PNG file, preprocesses it as the checkpoint's eval
+ * pipeline and writes num_classes probabilities to probs.  Not thread-safe
+ * on one handle. */
+CL_API cl_status cl_classifier_classify_file(cl_classifier *c, const char *path,
+                                             float *probs);
+/* Classifies an in-memory image: pixels (h, w, channels) interleaved, 1
+ * (gray) or 3 (RGB) channels, any size; probs as above.  Not thread-safe
+ * on one handle. */
+CL_API cl_status cl_classifier_classify(cl_classifier *c, const void *pixels,
+                                        cl_pixel_type type, int h, int w,
+                                        int channels, float *probs);
+/* Classifies n images of one size stored one after another, pixels
+ * (n, h, w, channels); probs receives (n, num_classes).  Not thread-safe on
+ * one handle. */
+CL_API cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
+                                              const void *pixels,
+                                              cl_pixel_type type, int h, int w,
+                                              int channels, float *probs);
+/* Classifies n files into probs (n, num_classes); stops at the first file
+ * that fails, naming it.  Not thread-safe on one handle. */
+CL_API cl_status cl_classifier_classify_files(cl_classifier *c, int n,
+                                              const char *const *paths,
+                                              float *probs);
+
+/* Writes the k likeliest classes of one probability row (highest first,
+ * ties to the lower index) to out and returns how many: min(k,
+ * num_classes), or a negative cl_status on bad arguments.  Thread-safe. */
+CL_API int cl_classifier_top_k(const cl_classifier *c, const float *probs,
+                               int k, cl_prediction *out);
+
+/* The pooled penultimate features of a file: embed_dim floats into feat.
+ * Not thread-safe on one handle. */
+CL_API cl_status cl_classifier_embed_file(cl_classifier *c, const char *path,
+                                          float *feat);
+/* The pooled penultimate features of an in-memory image (as
+ * cl_classifier_classify takes it).  Not thread-safe on one handle. */
+CL_API cl_status cl_classifier_embed(cl_classifier *c, const void *pixels,
+                                     cl_pixel_type type, int h, int w,
+                                     int channels, float *feat);
+
+/* -------------------------------------------------------------- training */
+
+/* What a training run tells its progress callback. */
+typedef enum cl_progress_kind {
+    CL_PROGRESS_STEP = 0, /* a logged step (every per_print_times steps) */
+    CL_PROGRESS_EPOCH = 1 /* an epoch's end, after its evaluation if any */
+} cl_progress_kind;
+
+typedef struct cl_progress {
+    cl_progress_kind kind;
+    long long step, total_steps; /* optimizer steps so far / in the run */
+    long long epoch;             /* 1-based */
+    double loss, loss_avg;       /* the last batch's; smoothed */
+    double lr, img_per_s;        /* STEP: the step's lr and throughput */
+    int last_epoch;              /* EPOCH: non-zero for the run's last */
+    int evaluated;               /* EPOCH: the val_* fields are filled */
+    double val_top1, val_top5, val_loss; /* fractions in [0, 1]; loss */
+} cl_progress;
+
+/* Called in the training thread between steps; returning non-zero stops
+ * the run cleanly after the current step, with a checkpoint. */
+typedef int (*cl_progress_fn)(void *ctx, const cl_progress *p);
+
+/* What a finished run reports; a run that stopped or failed fills steps,
+ * epochs and last_loss from the progress events it sent (the message of
+ * CL_ERR_INTERRUPTED names the checkpoint written at the stop). */
+typedef struct cl_train_summary {
+    long long steps;
+    int epochs;
+    double last_loss;
+    double val_top1, val_top5, val_loss; /* last evaluation; NaN if none */
+    double best_top1;                    /* NaN if no evaluation */
+    double seconds, img_per_s;
+    int stopped;               /* non-zero when the callback stopped the run */
+    char last_checkpoint[640]; /* "" when none was written */
+    char best_checkpoint[640];
+} cl_train_summary;
+
+/* Trains a ResNet as a recipe says: the YAML file config_path and/or the
+ * YAML text config_text (either may be NULL; the text applies after the
+ * file), then n_overrides "key=value" strings, over classic's defaults
+ * (docs/config.md lists the keys).  on_progress may be NULL; summary may
+ * be NULL.  A run stopped by its callback returns CL_ERR_INTERRUPTED with
+ * summary->stopped set.  While it runs, SIGINT and SIGTERM stop it as the
+ * callback does.  One run per process at a time. */
+CL_API cl_status cl_train(const char *config_path, const char *config_text,
+                          const char *const *overrides, int n_overrides,
+                          cl_progress_fn on_progress, void *ctx,
+                          cl_train_summary *summary);
 
 #ifdef __cplusplus
 }

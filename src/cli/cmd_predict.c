@@ -1,14 +1,12 @@
-/* `classic predict`: top-k classes of image files. */
-#include <math.h>
+/* `classic predict`: top-k classes of image files, through the public API
+ * (include/classic/classic.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "classic/classic.h"
 #include "cli/cli.h"
-#include "core/error.h"
-#include "core/mem.h"
 #include "io/strbuf.h"
-#include "train/model.h"
 
 static void usage(void)
 {
@@ -35,67 +33,37 @@ static int is_own(const char *a)
     return 0;
 }
 
-static cl_status predict_one(cl_model *m, const char *path, int top, int json,
-                             float *x, float *logits, int first)
+/* Prints the top classes of one file as text or one JSON object. */
+static cl_status predict_one(cl_classifier *c, const char *path, int top,
+                             int json, float *probs, cl_prediction *best,
+                             int first)
 {
-    cl_image img;
-    cl_transforms *tf = NULL;
-    cl_transform_opts to;
-    memset(&img, 0, sizeof img);
-    cl_status s = cl_image_load(path, 0, 0, &img);
+    cl_status s = cl_classifier_classify_file(c, path, probs);
     if (s != CL_OK)
         return s;
-    if ((s = cl_model_transforms(m, img.h, img.w, &to)) != CL_OK ||
-        (s = cl_transforms_create(&tf, &to)) != CL_OK ||
-        (s = cl_transforms_apply(tf, &img, NULL, NULL, x)) != CL_OK ||
-        (s = cl_backend_set_input(m->be, x, NULL, NULL)) != CL_OK ||
-        (s = cl_backend_forward(m->be, 0, NULL)) != CL_OK ||
-        (s = cl_backend_read(m->be, m->g.logits, logits)) != CL_OK)
-        goto done;
-    int K = m->num_classes;
-    double mx = logits[0], se = 0;
-    for (int k = 1; k < K; k++)
-        mx = logits[k] > mx ? logits[k] : mx;
-    for (int k = 0; k < K; k++)
-        se += exp(logits[k] - mx);
-    if (top > K)
-        top = K;
+    int n = cl_classifier_top_k(c, probs, top, best);
+    if (n < 0)
+        return (cl_status)n;
     if (json)
         printf("%s{\"file\":\"%s\",\"top\":[", first ? "" : ",\n", path);
     else
         printf("%s\n", path);
-    unsigned char *used = calloc((size_t)K, 1);
-    if (!used) {
-        s = cl_error(CL_ERR_NOMEM, "predict");
-        goto done;
-    }
-    for (int t = 0; t < top; t++) {
-        int best = -1;
-        for (int k = 0; k < K; k++)
-            if (!used[k] && (best < 0 || logits[k] > logits[best]))
-                best = k;
-        used[best] = 1;
-        double p = exp(logits[best] - mx) / se;
+    for (int t = 0; t < n; t++) {
         if (json) {
             cl_strbuf b;
             cl_strbuf_init(&b);
-            cl_strbuf_add_json_str(&b, m->class_names[best],
-                                   strlen(m->class_names[best]));
+            cl_strbuf_add_json_str(&b, best[t].name, strlen(best[t].name));
             printf("%s{\"class\":%s,\"index\":%d,\"prob\":%.6f}", t ? "," : "",
-                   cl_strbuf_str(&b), best, p);
+                   cl_strbuf_str(&b), best[t].index, best[t].prob);
             cl_strbuf_free(&b);
         } else {
-            printf("  %2d. %-24s %6.2f%%\n", t + 1, m->class_names[best],
-                   100 * p);
+            printf("  %2d. %-24s %6.2f%%\n", t + 1, best[t].name,
+                   100 * best[t].prob);
         }
     }
-    free(used);
     if (json)
         printf("]}");
-done:
-    cl_transforms_destroy(tf);
-    cl_image_free(&img);
-    return s;
+    return CL_OK;
 }
 
 int cl_cmd_predict(int argc, char **argv)
@@ -130,18 +98,18 @@ int cl_cmd_predict(int argc, char **argv)
         fprintf(stderr, "classic: predict: --top must be >= 1\n");
         return 2;
     }
-    cl_model m;
-    cl_status s = cl_model_open_as(
-        &m, ckpt, arch, 1, backend ? backend : "onednn", CL_PLAN_INFER, 0);
+    cl_classifier *c = NULL;
+    cl_status s = cl_classifier_load(&c, ckpt, arch, backend);
     if (s != CL_OK)
         return cl_cli_fail("predict", s);
-    size_t per = (size_t)m.in_c * m.side * m.side;
-    float *x = cl_alloc(per * sizeof(float), "predict input");
-    float *logits =
-        cl_alloc((size_t)m.num_classes * sizeof(float), "predict logits");
+    int K = cl_classifier_num_classes(c);
+    float *probs = malloc((size_t)K * sizeof(float));
+    cl_prediction *best = malloc((size_t)K * sizeof(cl_prediction));
     int failed = 0, first = 1;
-    if (!x || !logits) {
-        cl_model_close(&m);
+    if (!probs || !best) {
+        free(probs);
+        free(best);
+        cl_classifier_free(c);
         return cl_cli_fail("predict", CL_ERR_NOMEM);
     }
     if (json)
@@ -153,7 +121,7 @@ int cl_cmd_predict(int argc, char **argv)
         }
         if (strncmp(argv[i], "--", 2) == 0)
             continue;
-        s = predict_one(&m, argv[i], top, json, x, logits, first);
+        s = predict_one(c, argv[i], top, json, probs, best, first);
         first = 0;
         if (s != CL_OK) {
             fprintf(stderr, "classic: predict: %s\n", cl_last_error());
@@ -162,8 +130,8 @@ int cl_cmd_predict(int argc, char **argv)
     }
     if (json)
         printf("]\n");
-    cl_free(x);
-    cl_free(logits);
-    cl_model_close(&m);
+    free(probs);
+    free(best);
+    cl_classifier_free(c);
     return failed;
 }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 #if defined(__GNUC__)
 #define CL_PRINTF(a, b) __attribute__((format(printf, a, b)))

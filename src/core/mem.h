@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 /* Every buffer is aligned for AVX-512 loads and oneDNN's preferences. */
 #define CL_ALIGN 64

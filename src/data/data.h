@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "core/rng.h"
 
 /* ------------------------------------------------------------------ images */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "graph/graph.h"
 
 #ifdef CL_HAVE_MPI

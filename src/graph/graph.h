@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 enum { CL_PB_VARINT = 0, CL_PB_FIXED64 = 1, CL_PB_LEN = 2, CL_PB_FIXED32 = 5 };
 

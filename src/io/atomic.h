@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 /* Caller-owned.  Between open and commit/abort the target is untouched;
  * readers see either the old file or the complete new one, never a part. */

@@ -1064,8 +1064,8 @@ static cl_status yload_doc(yload *y, cl_config *c)
     return CL_OK;
 }
 
-cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
-                                   const char *name)
+static cl_status load_text(cl_config *c, const char *text, size_t len,
+                           const char *name, int check)
 {
     yload y;
     memset(&y, 0, sizeof y);
@@ -1077,7 +1077,7 @@ cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
     if (y.have_ev)
         yaml_event_delete(&y.ev);
     yaml_parser_delete(&y.parser);
-    if (s == CL_OK) {
+    if (s == CL_OK && check) {
         s = cl_config_check(c);
         if (s != CL_OK) {
             /* "config: x" reads "recipe.yaml: x". */
@@ -1091,7 +1091,19 @@ cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
     return s;
 }
 
-cl_status cl_config_load_yaml(cl_config *c, const char *path)
+cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
+                                   const char *name)
+{
+    return load_text(c, text, len, name, 1);
+}
+
+cl_status cl_config_merge_yaml_text(cl_config *c, const char *text, size_t len,
+                                    const char *name)
+{
+    return load_text(c, text, len, name, 0);
+}
+
+static cl_status load_file(cl_config *c, const char *path, int check)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -1113,9 +1125,19 @@ cl_status cl_config_load_yaml(cl_config *c, const char *path)
         s = cl_error(CL_ERR_IO, "%s: read error", path);
     fclose(f);
     if (s == CL_OK)
-        s = cl_config_load_yaml_text(c, cl_strbuf_str(&b), b.len, path);
+        s = load_text(c, cl_strbuf_str(&b), b.len, path, check);
     cl_strbuf_free(&b);
     return s;
+}
+
+cl_status cl_config_load_yaml(cl_config *c, const char *path)
+{
+    return load_file(c, path, 1);
+}
+
+cl_status cl_config_merge_yaml(cl_config *c, const char *path)
+{
+    return load_file(c, path, 0);
 }
 
 /* ---- writing ---- */

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "io/strbuf.h"
 
 #define CL_CFG_PATH_MAX 512 /* path buffers, NUL included */
@@ -185,6 +185,11 @@ cl_status cl_config_load_yaml(cl_config *c, const char *path);
 /* The same from text in memory; `name` stands for the file in messages. */
 cl_status cl_config_load_yaml_text(cl_config *c, const char *text, size_t len,
                                    const char *name);
+/* The two above without the closing cl_config_check, for a caller that
+ * applies more (another recipe, overrides) and checks once at the end. */
+cl_status cl_config_merge_yaml(cl_config *c, const char *path);
+cl_status cl_config_merge_yaml_text(cl_config *c, const char *text, size_t len,
+                                    const char *name);
 
 /* One override, as `--key value` gives it: key may use '-' for '_' and
  * mindcv's aliases; lists are "a,b,c" or "[a, b, c]"; booleans

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 typedef enum cl_json_type {
     CL_JSON_NULL = 0,

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "io/strbuf.h"
 
 /* Caller-owned.  A line is built in `line` and written whole by

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "tensor/tensor.h"
 
 /* Every dtype of the format; names as written in files ("F32"). */

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "tensor/tensor.h"
 
 typedef enum cl_op_kind {

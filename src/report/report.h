@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 typedef struct cl_report_opts {
     /* Evaluate the best (else last) checkpoint at report time: 1 (the

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 typedef enum cl_lr_kind {
     CL_LR_CONSTANT = 0,

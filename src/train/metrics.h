@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 /* Above this a K x K int64 confusion matrix (800 MB) is not worth it. */
 #define CL_METRICS_MAX_CLASSES 10000

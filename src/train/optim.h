@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "graph/graph.h" /* CL_PARAM_* flags */
 
 /* One parameter tensor (or any run of floats treated alike). */

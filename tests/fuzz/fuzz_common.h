@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 #include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "classic/classic.h"
+#include "classic/status.h"
 
 /* One buffer: bytes, alive over the closed step interval [t0, t1] (t1 < t0
  * means never used: it gets offset 0 and takes no room). */

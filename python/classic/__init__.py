@@ -1,0 +1,329 @@
+"""classic from Python: libclassic's public C API through ctypes and numpy.
+
+    import classic
+    m = classic.Model("ckpt/resnet18-last.safetensors")
+    probs, names = m.predict(["cat.jpg", rgb_uint8_hwc_array])
+    print(m.top_k("cat.jpg", 3))          # [(name, prob, index), ...]
+    feats = m.embed("cat.jpg")            # (embed_dim,) float32
+    summary = classic.train("recipe.yaml", epoch_size=2,
+                            on_progress=lambda p: print(p["loss"]))
+
+The library is found through $CLASSIC_LIB (a path to libclassic.so), then
+next to this package, in a build/ folder of the source tree, under the
+prefix the package is installed in, and last on the loader's path.
+Failures raise ClassicError carrying cl_last_error()'s sentence.
+"""
+import ctypes
+import ctypes.util
+import math
+import os
+
+import numpy as np
+
+__all__ = ["ClassicError", "Model", "train", "version"]
+
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+
+
+class ClassicError(RuntimeError):
+    """A libclassic failure: .status is the cl_status, .name its name."""
+
+    def __init__(self, status, name, message):
+        super().__init__(message or name)
+        self.status = status
+        self.name = name
+
+
+class _Prediction(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_int), ("prob", ctypes.c_float),
+                ("name", ctypes.c_char_p)]
+
+
+class _Progress(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("step", ctypes.c_longlong),
+                ("total_steps", ctypes.c_longlong),
+                ("epoch", ctypes.c_longlong), ("loss", ctypes.c_double),
+                ("loss_avg", ctypes.c_double), ("lr", ctypes.c_double),
+                ("img_per_s", ctypes.c_double), ("last_epoch", ctypes.c_int),
+                ("evaluated", ctypes.c_int), ("val_top1", ctypes.c_double),
+                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double)]
+
+
+class _Summary(ctypes.Structure):
+    _fields_ = [("steps", ctypes.c_longlong), ("epochs", ctypes.c_int),
+                ("last_loss", ctypes.c_double), ("val_top1", ctypes.c_double),
+                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double),
+                ("best_top1", ctypes.c_double), ("seconds", ctypes.c_double),
+                ("img_per_s", ctypes.c_double), ("stopped", ctypes.c_int),
+                ("last_checkpoint", ctypes.c_char * 640),
+                ("best_checkpoint", ctypes.c_char * 640)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
+                                ctypes.POINTER(_Progress))
+_U8, _F32 = 0, 1
+_INTERRUPTED = -12
+
+
+def _candidates():
+    env = os.environ.get("CLASSIC_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libclassic.so")
+    # A source tree: python/classic -> build/ or bd/ beside python/.
+    root = os.path.dirname(os.path.dirname(here))
+    for build in ("build", "bd"):
+        yield os.path.join(root, build, "libclassic.so")
+    # An install: PREFIX/lib/python3/dist-packages/classic -> PREFIX/lib.
+    d = here
+    for _ in range(5):
+        d = os.path.dirname(d)
+        yield os.path.join(d, "lib", "libclassic.so")
+    found = ctypes.util.find_library("classic")
+    if found:
+        yield found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("classic: libclassic.so not found; set CLASSIC_LIB. "
+                      "Tried: " + ", ".join(tried))
+
+
+_lib = _load()
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(_lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+_last_error = _fn("cl_last_error", ctypes.c_char_p)
+_status_name = _fn("cl_status_name", ctypes.c_char_p, ctypes.c_int)
+_version = _fn("cl_version", ctypes.c_char_p)
+_load_fn = _fn("cl_classifier_load", ctypes.c_int,
+               ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+               ctypes.c_char_p, ctypes.c_char_p)
+_free = _fn("cl_classifier_free", None, ctypes.c_void_p)
+_num_classes = _fn("cl_classifier_num_classes", ctypes.c_int, ctypes.c_void_p)
+_class_name = _fn("cl_classifier_class_name", ctypes.c_char_p,
+                  ctypes.c_void_p, ctypes.c_int)
+_embed_dim = _fn("cl_classifier_embed_dim", ctypes.c_int, ctypes.c_void_p)
+_classify_file = _fn("cl_classifier_classify_file", ctypes.c_int,
+                     ctypes.c_void_p, ctypes.c_char_p, _c_float_p)
+_classify_batch = _fn("cl_classifier_classify_batch", ctypes.c_int,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      _c_float_p)
+_embed_file = _fn("cl_classifier_embed_file", ctypes.c_int, ctypes.c_void_p,
+                  ctypes.c_char_p, _c_float_p)
+_embed = _fn("cl_classifier_embed", ctypes.c_int, ctypes.c_void_p,
+             ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+             ctypes.c_int, _c_float_p)
+_top_k = _fn("cl_classifier_top_k", ctypes.c_int, ctypes.c_void_p, _c_float_p,
+             ctypes.c_int, ctypes.POINTER(_Prediction))
+_train = _fn("cl_train", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+             ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, _PROGRESS_FN,
+             ctypes.c_void_p, ctypes.POINTER(_Summary))
+
+
+def _check(status):
+    if status < 0:
+        raise ClassicError(status, _status_name(status).decode(),
+                           _last_error().decode(errors="replace"))
+    return status
+
+
+def version():
+    """libclassic's version string."""
+    return _version().decode()
+
+
+def _enc(s):
+    return None if s is None else os.fsencode(s)
+
+
+def _pixels(a):
+    """An image as (array, type, h, w, c): HWC or HW, uint8 or float."""
+    a = np.asarray(a)
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3:
+        raise ValueError("an image array must be (H, W) or (H, W, C), not "
+                         "shape %s" % (a.shape,))
+    if a.dtype == np.uint8:
+        a, t = np.ascontiguousarray(a), _U8
+    elif np.issubdtype(a.dtype, np.floating):
+        a, t = np.ascontiguousarray(a, dtype=np.float32), _F32
+    else:
+        raise ValueError("image dtype %s: expected uint8 or a float type "
+                         "(0..1)" % a.dtype)
+    return a, t, a.shape[0], a.shape[1], a.shape[2]
+
+
+class Model:
+    """A checkpoint opened for inference (any format classic reads)."""
+
+    def __init__(self, path, arch=None, backend=None):
+        h = ctypes.c_void_p()
+        _check(_load_fn(ctypes.byref(h), _enc(path), _enc(arch),
+                        _enc(backend)))
+        self._h = h
+        self.num_classes = _num_classes(h)
+        self.embed_dim = _embed_dim(h)
+        self.classes = [_class_name(h, k).decode()
+                        for k in range(self.num_classes)]
+
+    def close(self):
+        """Frees the model; later calls raise."""
+        if getattr(self, "_h", None):
+            _free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise ClassicError(-4, "CL_ERR_ARG", "the model is closed")
+        return self._h
+
+    def _one(self, image, out, by_file, by_pixels):
+        h = self._handle()
+        ptr = out.ctypes.data_as(_c_float_p)
+        if isinstance(image, (str, bytes, os.PathLike)):
+            _check(by_file(h, os.fsencode(image), ptr))
+        else:
+            a, t, ih, iw, c = _pixels(image)
+            _check(by_pixels(h, a.ctypes.data_as(ctypes.c_void_p), t, ih, iw,
+                             c, ptr))
+
+    @staticmethod
+    def _many(images):
+        single = (isinstance(images, (str, bytes, os.PathLike)) or
+                  (isinstance(images, np.ndarray) and images.ndim in (2, 3)))
+        if single:
+            return [images], True
+        if isinstance(images, np.ndarray):  # (N, H, W[, C])
+            return list(images), False
+        return list(images), False
+
+    def probabilities(self, images):
+        """Softmax probabilities: (num_classes,) for one image (a path or
+        an array), (N, num_classes) for a list or an (N, H, W, C) array."""
+        items, single = self._many(images)
+        out = np.empty((len(items), self.num_classes), dtype=np.float32)
+        for i, img in enumerate(items):
+            self._one(img, out[i], _classify_file,
+                      lambda h, p, t, ih, iw, c, ptr:
+                      _classify_batch(h, 1, p, t, ih, iw, c, ptr))
+        return out[0] if single else out
+
+    def predict(self, images):
+        """(probabilities, names): the probabilities as probabilities()
+        gives them and the top class's name of each image (a str for one
+        image, a list for several)."""
+        probs = self.probabilities(images)
+        top = np.argmax(probs, axis=-1)
+        if probs.ndim == 1:
+            return probs, self.classes[int(top)]
+        return probs, [self.classes[int(k)] for k in top]
+
+    def top_k(self, image, k=5):
+        """The k likeliest classes of one image as (name, prob, index)."""
+        probs = np.ascontiguousarray(self.probabilities(image),
+                                     dtype=np.float32)
+        if probs.ndim != 1:
+            raise ValueError("top_k takes one image")
+        out = (_Prediction * max(k, 1))()
+        n = _check(_top_k(self._handle(), probs.ctypes.data_as(_c_float_p),
+                          k, out))
+        return [(out[i].name.decode(), float(out[i].prob), out[i].index)
+                for i in range(n)]
+
+    def embed(self, images):
+        """Pooled penultimate features: (embed_dim,) or (N, embed_dim)."""
+        items, single = self._many(images)
+        out = np.empty((len(items), self.embed_dim), dtype=np.float32)
+        for i, img in enumerate(items):
+            self._one(img, out[i], _embed_file, _embed)
+        return out[0] if single else out
+
+
+def _progress_dict(p):
+    d = {f: getattr(p, f) for f, _ in _Progress._fields_}
+    d["kind"] = "epoch" if p.kind == 1 else "step"
+    return d
+
+
+def train(config=None, on_progress=None, **overrides):
+    """Trains as a recipe says and returns the run's summary as a dict.
+
+    config is a YAML file's path, YAML text, or None (classic's defaults);
+    overrides are config keys (epoch_size=2, data_dir="...").  on_progress
+    gets a dict per logged step and per epoch (kind, step, loss, lr,
+    img_per_s, val_top1, ...); returning True stops the run cleanly, and
+    then the summary's "stopped" is True instead of an exception.
+    """
+    path = text = None
+    if config is not None:
+        if isinstance(config, os.PathLike) or (
+                isinstance(config, str) and "\n" not in config and
+                os.path.exists(config)):
+            path = _enc(config)
+        elif isinstance(config, str) and ("\n" in config or ":" in config):
+            text = config.encode()
+        else:
+            path = _enc(config)
+    kv = [("%s=%s" % (k, _yaml_value(v))).encode()
+          for k, v in overrides.items()]
+    arr = (ctypes.c_char_p * max(len(kv), 1))(*kv)
+    raised = []
+
+    def relay(_ctx, p):
+        try:
+            return 1 if on_progress(_progress_dict(p.contents)) else 0
+        except BaseException as e:  # stop the run, re-raise afterwards
+            raised.append(e)
+            return 1
+
+    cb = _PROGRESS_FN(relay) if on_progress else _PROGRESS_FN()
+    s = _Summary()
+    status = _train(path, text, arr, len(kv), cb, None, ctypes.byref(s))
+    if raised:
+        raise raised[0]
+    if status < 0 and not (status == _INTERRUPTED and s.stopped):
+        _check(status)
+    out = {f: getattr(s, f) for f, _ in _Summary._fields_}
+    out["stopped"] = bool(s.stopped)
+    for k in ("last_checkpoint", "best_checkpoint"):
+        out[k] = out[k].decode()
+    for k in ("val_top1", "val_top5", "val_loss", "best_top1"):
+        if math.isnan(out[k]):
+            out[k] = None
+    return out
+
+
+def _yaml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)

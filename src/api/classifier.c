@@ -1,0 +1,300 @@
+/* The public inference API: a checkpoint opened through train/model.h,
+ * images preprocessed as its eval pipeline, softmax and top-k here. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "classic/classic.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "train/model.h"
+
+struct cl_classifier {
+    cl_model m;
+    float *x;      /* x: (in_c, side, side), one preprocessed image */
+    float *logits; /* logits: (num_classes) */
+    int dim;       /* features per image, 0 when the graph has none */
+    cl_image img;  /* the decoded or converted image, reused */
+    cl_transforms *tf;
+    int tf_h, tf_w; /* the source size tf was made for */
+};
+
+cl_status cl_classifier_load(cl_classifier **out, const char *path,
+                             const char *arch, const char *backend)
+{
+    if (!out)
+        return cl_error(CL_ERR_ARG, "cl_classifier_load: out is NULL");
+    *out = NULL;
+    if (!path)
+        return cl_error(CL_ERR_ARG, "cl_classifier_load: path is NULL");
+    cl_classifier *c = calloc(1, sizeof *c);
+    if (!c)
+        return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
+    cl_status s = cl_model_open_as(
+        &c->m, path, arch, 1, backend ? backend : "onednn", CL_PLAN_INFER, 0);
+    if (s != CL_OK) {
+        free(c);
+        return s;
+    }
+    cl_model *m = &c->m;
+    if (m->g.features >= 0)
+        c->dim = (int)m->g.tensors[m->g.features].shape.d[1];
+    c->x = cl_alloc((size_t)m->in_c * m->side * m->side * sizeof(float),
+                    "classifier input");
+    c->logits =
+        cl_alloc((size_t)m->num_classes * sizeof(float), "classifier logits");
+    if (!c->x || !c->logits) {
+        cl_classifier_free(c);
+        return CL_ERR_NOMEM;
+    }
+    *out = c;
+    return CL_OK;
+}
+
+void cl_classifier_free(cl_classifier *c)
+{
+    if (!c)
+        return;
+    cl_transforms_destroy(c->tf);
+    cl_image_free(&c->img);
+    cl_free(c->x);
+    cl_free(c->logits);
+    cl_model_close(&c->m);
+    free(c);
+}
+
+int cl_classifier_num_classes(const cl_classifier *c)
+{
+    return c ? c->m.num_classes : 0;
+}
+
+const char *cl_classifier_class_name(const cl_classifier *c, int k)
+{
+    if (!c || k < 0 || k >= c->m.num_classes)
+        return NULL;
+    return c->m.class_names && c->m.class_names[k] ? c->m.class_names[k] : "";
+}
+
+int cl_classifier_embed_dim(const cl_classifier *c)
+{
+    return c ? c->dim : 0;
+}
+
+cl_status cl_classifier_input(const cl_classifier *c, int *channels, int *side)
+{
+    if (!c)
+        return cl_error(CL_ERR_ARG, "cl_classifier_input: classifier is NULL");
+    if (channels)
+        *channels = c->m.in_c;
+    if (side)
+        *side = c->m.side;
+    return CL_OK;
+}
+
+/* Softmax of logits (k) into probs, in double as `classic predict` did. */
+static void softmax(const float *logits, int k, float *probs)
+{
+    double mx = logits[0], se = 0;
+    for (int i = 1; i < k; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < k; i++)
+        se += exp(logits[i] - mx);
+    for (int i = 0; i < k; i++)
+        probs[i] = (float)(exp(logits[i] - mx) / se);
+}
+
+/* Runs c->img through the eval pipeline and the network; writes the
+ * probabilities and/or the features (either may be NULL). */
+static cl_status run(cl_classifier *c, float *probs, float *feat)
+{
+    cl_model *m = &c->m;
+    cl_status s;
+    if (!c->tf || c->tf_h != c->img.h || c->tf_w != c->img.w) {
+        cl_transform_opts to;
+        cl_transforms_destroy(c->tf);
+        c->tf = NULL;
+        if ((s = cl_model_transforms(m, c->img.h, c->img.w, &to)) != CL_OK ||
+            (s = cl_transforms_create(&c->tf, &to)) != CL_OK)
+            return s;
+        c->tf_h = c->img.h;
+        c->tf_w = c->img.w;
+    }
+    if (feat && c->dim == 0)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "this model has no feature layer to embed with");
+    if ((s = cl_transforms_apply(c->tf, &c->img, NULL, NULL, c->x)) != CL_OK ||
+        (s = cl_backend_set_input(m->be, c->x, NULL, NULL)) != CL_OK ||
+        (s = cl_backend_forward(m->be, 0, NULL)) != CL_OK)
+        return s;
+    if (feat && (s = cl_backend_read(m->be, m->g.features, feat)) != CL_OK)
+        return s;
+    if (probs) {
+        if ((s = cl_backend_read(m->be, m->g.logits, c->logits)) != CL_OK)
+            return s;
+        softmax(c->logits, m->num_classes, probs);
+    }
+    return CL_OK;
+}
+
+static cl_status from_file(cl_classifier *c, const char *path, float *probs,
+                           float *feat, const char *fn)
+{
+    if (!c)
+        return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
+    if (!path)
+        return cl_error(CL_ERR_ARG, "%s: path is NULL", fn);
+    if (!probs && !feat)
+        return cl_error(CL_ERR_ARG, "%s: output buffer is NULL", fn);
+    cl_status s = cl_image_load(path, 0, 0, &c->img);
+    if (s != CL_OK)
+        return s;
+    return run(c, probs, feat);
+}
+
+/* Checks an in-memory image's description and copies it into c->img as
+ * 8-bit pixels. */
+static cl_status from_pixels(cl_classifier *c, const void *pixels,
+                             cl_pixel_type type, int h, int w, int ch,
+                             const char *fn)
+{
+    if (!c)
+        return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
+    if (!pixels)
+        return cl_error(CL_ERR_ARG, "%s: pixels is NULL", fn);
+    if (type != CL_PIXEL_U8 && type != CL_PIXEL_F32)
+        return cl_error(CL_ERR_ARG,
+                        "%s: pixel type %d: expected CL_PIXEL_U8 (0) or "
+                        "CL_PIXEL_F32 (1)",
+                        fn, (int)type);
+    if (ch != 1 && ch != 3)
+        return cl_error(CL_ERR_SHAPE,
+                        "%s: image has %d channels: expected 1 (gray) or 3 "
+                        "(RGB)",
+                        fn, ch);
+    if (h < 1 || w < 1)
+        return cl_error(CL_ERR_SHAPE,
+                        "%s: image is %d x %d pixels: both sides must be at "
+                        "least 1",
+                        fn, h, w);
+    if ((uint64_t)h * (uint64_t)w > CL_DATA_DEFAULT_MAX_PIXELS)
+        return cl_error(CL_ERR_LIMIT,
+                        "%s: image is %d x %d pixels: more than the limit of "
+                        "%u",
+                        fn, h, w, (unsigned)CL_DATA_DEFAULT_MAX_PIXELS);
+    CL_TRY(cl_image_reserve(&c->img, h, w, ch));
+    size_t n = (size_t)h * w * ch;
+    if (type == CL_PIXEL_U8) {
+        memcpy(c->img.data, pixels, n);
+        return CL_OK;
+    }
+    const float *f = pixels;
+    for (size_t i = 0; i < n; i++) {
+        float v = f[i] * 255.0f + 0.5f;
+        /* NaN compares false both ways and becomes 0. */
+        c->img.data[i] = v >= 255.0f ? 255 : v > 0.0f ? (uint8_t)v : 0;
+    }
+    return CL_OK;
+}
+
+cl_status cl_classifier_classify_file(cl_classifier *c, const char *path,
+                                      float *probs)
+{
+    return from_file(c, path, probs, NULL, "cl_classifier_classify_file");
+}
+
+cl_status cl_classifier_embed_file(cl_classifier *c, const char *path,
+                                   float *feat)
+{
+    return from_file(c, path, NULL, feat, "cl_classifier_embed_file");
+}
+
+cl_status cl_classifier_classify(cl_classifier *c, const void *pixels,
+                                 cl_pixel_type type, int h, int w, int channels,
+                                 float *probs)
+{
+    const char *fn = "cl_classifier_classify";
+    if (c && !probs)
+        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    CL_TRY(from_pixels(c, pixels, type, h, w, channels, fn));
+    return run(c, probs, NULL);
+}
+
+cl_status cl_classifier_embed(cl_classifier *c, const void *pixels,
+                              cl_pixel_type type, int h, int w, int channels,
+                              float *feat)
+{
+    const char *fn = "cl_classifier_embed";
+    if (c && !feat)
+        return cl_error(CL_ERR_ARG, "%s: feat is NULL", fn);
+    CL_TRY(from_pixels(c, pixels, type, h, w, channels, fn));
+    return run(c, NULL, feat);
+}
+
+cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
+                                       const void *pixels, cl_pixel_type type,
+                                       int h, int w, int channels, float *probs)
+{
+    const char *fn = "cl_classifier_classify_batch";
+    if (n < 0)
+        return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
+    if (c && !probs)
+        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    size_t elem = type == CL_PIXEL_F32 ? sizeof(float) : 1;
+    for (int i = 0; i < n; i++) {
+        const char *p = (const char *)pixels;
+        if (p && h > 0 && w > 0 && channels > 0)
+            p += (size_t)i * h * w * channels * elem;
+        cl_status s = from_pixels(c, p, type, h, w, channels, fn);
+        if (s == CL_OK)
+            s = run(c, probs + (size_t)i * c->m.num_classes, NULL);
+        if (s != CL_OK)
+            return cl_error_wrap(s, "%s: image %d: ", fn, i);
+    }
+    return CL_OK;
+}
+
+cl_status cl_classifier_classify_files(cl_classifier *c, int n,
+                                       const char *const *paths, float *probs)
+{
+    const char *fn = "cl_classifier_classify_files";
+    if (n < 0)
+        return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
+    if (n > 0 && !paths)
+        return cl_error(CL_ERR_ARG, "%s: paths is NULL", fn);
+    for (int i = 0; i < n; i++) {
+        float *row = probs && c ? probs + (size_t)i * c->m.num_classes : NULL;
+        CL_TRY(from_file(c, paths[i], row, NULL, fn));
+    }
+    return CL_OK;
+}
+
+int cl_classifier_top_k(const cl_classifier *c, const float *probs, int k,
+                        cl_prediction *out)
+{
+    const char *fn = "cl_classifier_top_k";
+    if (!c)
+        return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
+    if (!probs || !out)
+        return cl_error(CL_ERR_ARG, "%s: probs or out is NULL", fn);
+    if (k < 1)
+        return cl_error(CL_ERR_ARG, "%s: k = %d: expected at least 1", fn, k);
+    int K = c->m.num_classes;
+    if (k > K)
+        k = K;
+    /* k passes of a linear scan: k is small and K at most thousands. */
+    for (int t = 0; t < k; t++) {
+        int best = -1;
+        for (int j = 0; j < K; j++) {
+            int taken = 0;
+            for (int u = 0; u < t && !taken; u++)
+                taken = out[u].index == j;
+            if (!taken && (best < 0 || probs[j] > probs[best]))
+                best = j;
+        }
+        out[t].index = best;
+        out[t].prob = probs[best];
+        out[t].name = cl_classifier_class_name(c, best);
+    }
+    return k;
+}

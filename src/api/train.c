@@ -1,0 +1,127 @@
+/* The public training API: a recipe from YAML and "key=value" overrides
+ * run by cl_train_run, whose step and epoch events become the caller's
+ * progress callback. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "classic/classic.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/config.h"
+#include "train/trainer.h"
+
+typedef struct relay {
+    cl_progress_fn fn;
+    void *ctx;
+    int stopped;
+    long long last_step; /* the last event's: a stopped run reports it */
+    int last_epoch;      /* epochs completed per the events */
+    double last_loss;
+} relay;
+
+static int on_event(void *ctx, const cl_train_event *e)
+{
+    relay *r = ctx;
+    cl_progress p;
+    memset(&p, 0, sizeof p);
+    p.kind =
+        e->kind == CL_TRAIN_EVENT_EPOCH ? CL_PROGRESS_EPOCH : CL_PROGRESS_STEP;
+    p.step = e->step;
+    p.total_steps = e->total_steps;
+    p.epoch = e->epoch;
+    p.loss = e->loss;
+    p.loss_avg = e->loss_avg;
+    p.lr = e->lr;
+    p.img_per_s = e->img_s;
+    p.last_epoch = e->last_epoch;
+    p.evaluated = e->evaluated;
+    p.val_top1 = e->evaluated ? e->val_top1 : NAN;
+    p.val_top5 = e->evaluated ? e->val_top5 : NAN;
+    p.val_loss = e->evaluated ? e->val_loss : NAN;
+    r->last_step = e->step;
+    r->last_loss = e->loss_avg;
+    if (e->kind == CL_TRAIN_EVENT_EPOCH)
+        r->last_epoch = (int)e->epoch;
+    if (r->fn(r->ctx, &p) != 0) {
+        r->stopped = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Applies one "key=value" override. */
+static cl_status set_one(cl_config *cfg, const char *kv)
+{
+    if (!kv)
+        return cl_error(CL_ERR_ARG, "cl_train: an override is NULL");
+    const char *eq = strchr(kv, '=');
+    char key[128];
+    if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof key)
+        return cl_error(CL_ERR_ARG,
+                        "cl_train: override '%s': expected key=value", kv);
+    memcpy(key, kv, (size_t)(eq - kv));
+    key[eq - kv] = '\0';
+    return cl_config_set(cfg, key, eq + 1);
+}
+
+cl_status cl_train(const char *config_path, const char *config_text,
+                   const char *const *overrides, int n_overrides,
+                   cl_progress_fn on_progress, void *ctx,
+                   cl_train_summary *summary)
+{
+    if (summary) {
+        memset(summary, 0, sizeof *summary);
+        summary->val_top1 = summary->val_top5 = summary->val_loss = NAN;
+        summary->best_top1 = NAN;
+    }
+    if (n_overrides < 0 || (n_overrides > 0 && !overrides))
+        return cl_error(CL_ERR_ARG,
+                        "cl_train: %d overrides given but the list is %s",
+                        n_overrides, overrides ? "there" : "NULL");
+    cl_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cl_config_defaults(&cfg);
+    if (config_path) {
+        CL_TRY(cl_config_merge_yaml(&cfg, config_path));
+    }
+    if (config_text) {
+        CL_TRY(cl_config_merge_yaml_text(&cfg, config_text, strlen(config_text),
+                                         "config text"));
+    }
+    for (int i = 0; i < n_overrides; i++)
+        CL_TRY(set_one(&cfg, overrides[i]));
+    CL_TRY(cl_config_check(&cfg));
+    cl_logger lg = cl_logger_default();
+    lg.level = (cl_log_level)cfg.log_level;
+    relay r = {on_progress, ctx, 0, 0, 0, NAN};
+    cl_train_hooks hooks = {.ctx = &r, .on_event = on_event};
+    cl_train_result res;
+    memset(&res, 0, sizeof res);
+    cl_status s =
+        cl_train_run(&cfg, NULL, &lg, on_progress ? &hooks : NULL, &res);
+    if (summary) {
+        summary->steps = res.steps;
+        summary->epochs = res.epochs;
+        summary->last_loss = res.last_loss;
+        summary->val_top1 = res.val_top1;
+        summary->val_top5 = res.val_top5;
+        summary->val_loss = res.val_loss;
+        summary->best_top1 = res.best_top1;
+        summary->seconds = res.seconds;
+        summary->img_per_s = res.img_per_s;
+        summary->stopped = r.stopped;
+        if (s != CL_OK) {
+            /* The loop fills its result only when it finishes; a stopped
+             * or failed run reports what its events said. */
+            summary->steps = r.last_step;
+            summary->epochs = r.last_epoch;
+            summary->last_loss = r.last_loss;
+        }
+        snprintf(summary->last_checkpoint, sizeof summary->last_checkpoint,
+                 "%s", res.last_ckpt);
+        snprintf(summary->best_checkpoint, sizeof summary->best_checkpoint,
+                 "%s", res.best_ckpt);
+    }
+    return s;
+}

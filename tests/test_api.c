@@ -1,0 +1,356 @@
+/* The public API (include/classic/classic.h): a tiny model trained through
+ * cl_train with a progress callback and a stop, then opened with
+ * cl_classifier_load to classify and embed files and in-memory images, and
+ * every function's failure paths.
+ * ctest-labels: api */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "classic/classic.h"
+#include "data/data.h"
+#include "harness.h"
+#include "io/json.h"
+#include "test_data_fixtures.h"
+
+/* An ImageFolder root (classes a and b) and a one-epoch resnet18 trained on
+ * it into dir; the model file's path, or NULL. */
+static const char *train_tiny(const char *dir, int epochs, cl_progress_fn fn,
+                              void *ctx, cl_status *st)
+{
+    static char ckpt[1200];
+    char root[1024], o_root[1100], o_dir[1100], o_ep[64];
+    snprintf(root, sizeof root, "%s", cl_test_path("folder"));
+    if (fx_image_split(root, "train", 8) != 0 ||
+        fx_image_split(root, "val", 4) != 0)
+        return NULL;
+    snprintf(o_root, sizeof o_root, "data_dir=%s", root);
+    snprintf(o_dir, sizeof o_dir, "ckpt_save_dir=%s", cl_test_path(dir));
+    snprintf(o_ep, sizeof o_ep, "epoch_size=%d", epochs);
+    const char *ov[] = {o_root, o_dir, o_ep, "log_level=error"};
+    const char *yaml = "dataset: imagefolder\n"
+                       "model: resnet18\n"
+                       "image_size: 32\n"
+                       "batch_size: 4\n"
+                       "num_parallel_workers: 0\n"
+                       "per_print_times: 1\n"
+                       "val_split: val\n"
+                       "seed: 7\n";
+    cl_train_summary sum;
+    *st = cl_train(NULL, yaml, ov, 4, fn, ctx, &sum);
+    if (*st != CL_OK)
+        return NULL;
+    snprintf(ckpt, sizeof ckpt, "%s", sum.last_checkpoint);
+    return ckpt;
+}
+
+typedef struct seen {
+    int steps, epochs, evaluated, stop_at;
+    double last_lr;
+} seen;
+
+static int on_progress(void *ctx, const cl_progress *p)
+{
+    seen *s = ctx;
+    if (p->kind == CL_PROGRESS_STEP) {
+        s->steps++;
+        s->last_lr = p->lr;
+    } else {
+        s->epochs++;
+        s->evaluated += p->evaluated && p->val_top1 >= 0 && p->val_top1 <= 1;
+    }
+    return s->stop_at && s->steps >= s->stop_at;
+}
+
+CL_TEST(train_reports_progress_and_stops)
+{
+    seen s = {0};
+    cl_status st;
+    const char *ck = train_tiny("run", 2, on_progress, &s, &st);
+    REQUIRE_OK(st);
+    REQUIRE(ck && ck[0]);
+    CHECK(s.steps == 4); /* 8 images, batch 4, 2 epochs */
+    CHECK(s.epochs == 2);
+    CHECK(s.evaluated == 2);
+    CHECK(s.last_lr > 0);
+    /* A callback that returns non-zero stops the run after that step. */
+    seen s2 = {.stop_at = 1};
+    cl_train_summary sum;
+    char o_root[1100], o_dir[1100];
+    snprintf(o_root, sizeof o_root, "data_dir=%s", cl_test_path("folder"));
+    snprintf(o_dir, sizeof o_dir, "ckpt_save_dir=%s", cl_test_path("stop"));
+    const char *ov[] = {"dataset=imagefolder",
+                        o_root,
+                        o_dir,
+                        "image_size=32",
+                        "batch_size=4",
+                        "epoch_size=3",
+                        "per_print_times=1",
+                        "log_level=error",
+                        "num_parallel_workers=0",
+                        "val_split=val"};
+    st = cl_train(NULL, NULL, ov, 10, on_progress, &s2, &sum);
+    CHECK(st == CL_ERR_INTERRUPTED);
+    CHECK(sum.stopped == 1);
+    CHECK(sum.steps == 1);
+    CHECK(s2.steps == 1);
+}
+
+CL_TEST(train_failures_name_the_cause)
+{
+    const char *bad_key[] = {"batch_sise=4"};
+    CHECK_ERR(cl_train(NULL, NULL, bad_key, 1, NULL, NULL, NULL), CL_ERR_CONFIG,
+              "batch_sise");
+    const char *no_eq[] = {"batch_size"};
+    CHECK_ERR(cl_train(NULL, NULL, no_eq, 1, NULL, NULL, NULL), CL_ERR_ARG,
+              "expected key=value");
+    CHECK_ERR(cl_train(NULL, NULL, NULL, 2, NULL, NULL, NULL), CL_ERR_ARG,
+              "NULL");
+    cl_train_summary sum;
+    CHECK(cl_train(NULL, "model: [unclosed\n", NULL, 0, NULL, NULL, &sum) !=
+          CL_OK);
+    CHECK(strstr(cl_last_error(), "config text") != NULL);
+    CHECK(isnan(sum.val_top1) && sum.steps == 0);
+    CHECK(cl_train(cl_test_path("missing.yaml"), NULL, NULL, 0, NULL, NULL,
+                   NULL) == CL_ERR_IO);
+    CHECK(strstr(cl_last_error(), "missing.yaml") != NULL);
+}
+
+/* A 3-channel h x w test picture, as bytes. */
+static void picture(uint8_t *px, int h, int w, int c)
+{
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++)
+                px[(y * w + x) * c + k] = (uint8_t)((y * 7 + x * 3 + k * 50));
+}
+
+CL_TEST(classify_and_embed)
+{
+    cl_status st;
+    const char *ck = train_tiny("run", 1, NULL, NULL, &st);
+    REQUIRE_OK(st);
+    cl_classifier *c = NULL;
+    REQUIRE_OK(cl_classifier_load(&c, ck, NULL, NULL));
+    int K = cl_classifier_num_classes(c), ch = 0, side = 0;
+    CHECK(K == 2);
+    CHECK(strcmp(cl_classifier_class_name(c, 0), "a") == 0);
+    CHECK(strcmp(cl_classifier_class_name(c, 1), "b") == 0);
+    CHECK(cl_classifier_embed_dim(c) == 512);
+    CHECK_OK(cl_classifier_input(c, &ch, &side));
+    CHECK(ch == 3 && side == 32);
+    /* A PNG on disk and the same pixels in memory agree exactly. */
+    enum { H = 40, W = 50 };
+    static uint8_t px[2 * H * W * 3];
+    static float pf[H * W * 3];
+    picture(px, H, W, 3);
+    picture(px + H * W * 3, H, W, 3);
+    for (int i = 0; i < H * W * 3; i++)
+        px[H * W * 3 + i] = (uint8_t)(255 - px[H * W * 3 + i]);
+    for (int i = 0; i < H * W * 3; i++)
+        pf[i] = px[i] / 255.0f;
+    cl_image img;
+    memset(&img, 0, sizeof img);
+    REQUIRE_OK(cl_image_reserve(&img, H, W, 3));
+    memcpy(img.data, px, sizeof(uint8_t) * H * W * 3);
+    const char *png = cl_test_path("pic.png");
+    REQUIRE_OK(cl_image_save_png(png, &img));
+    cl_image_free(&img);
+    float pfile[2], pmem[2], pflt[2], pbatch[4], pfiles[4], pgray[2];
+    REQUIRE_OK(cl_classifier_classify_file(c, png, pfile));
+    CHECK_NEAR(pfile[0] + pfile[1], 1.0, 1e-5);
+    CHECK_OK(cl_classifier_classify(c, px, CL_PIXEL_U8, H, W, 3, pmem));
+    CHECK(pmem[0] == pfile[0] && pmem[1] == pfile[1]);
+    CHECK_OK(cl_classifier_classify(c, pf, CL_PIXEL_F32, H, W, 3, pflt));
+    CHECK(pflt[0] == pfile[0] && pflt[1] == pfile[1]);
+    /* A batch gives each image's own row. */
+    CHECK_OK(
+        cl_classifier_classify_batch(c, 2, px, CL_PIXEL_U8, H, W, 3, pbatch));
+    CHECK(pbatch[0] == pmem[0] && pbatch[1] == pmem[1]);
+    float second[2];
+    CHECK_OK(cl_classifier_classify(c, px + H * W * 3, CL_PIXEL_U8, H, W, 3,
+                                    second));
+    CHECK(pbatch[2] == second[0] && pbatch[3] == second[1]);
+    const char *paths[] = {png, png};
+    CHECK_OK(cl_classifier_classify_files(c, 2, paths, pfiles));
+    CHECK(pfiles[0] == pfile[0] && pfiles[3] == pfile[1]);
+    /* Gray and any size: the checkpoint's pipeline converts. */
+    CHECK_OK(cl_classifier_classify(c, px, CL_PIXEL_U8, 7, 300, 1, pgray));
+    CHECK_NEAR(pgray[0] + pgray[1], 1.0, 1e-5);
+    /* Top-k: sorted, named, clamped to the class count. */
+    cl_prediction top[5];
+    CHECK(cl_classifier_top_k(c, pfile, 5, top) == 2);
+    CHECK(top[0].prob >= top[1].prob);
+    CHECK(top[0].index != top[1].index);
+    CHECK(strcmp(top[0].name, top[0].index ? "b" : "a") == 0);
+    CHECK(cl_classifier_top_k(c, pfile, 1, top) == 1);
+    /* Embeddings: the file and the pixels agree. */
+    float *e1 = calloc(512, sizeof(float)), *e2 = calloc(512, sizeof(float));
+    REQUIRE(e1 && e2);
+    CHECK_OK(cl_classifier_embed_file(c, png, e1));
+    CHECK_OK(cl_classifier_embed(c, px, CL_PIXEL_U8, H, W, 3, e2));
+    CHECK(memcmp(e1, e2, 512 * sizeof(float)) == 0);
+    double norm = 0;
+    for (int i = 0; i < 512; i++)
+        norm += e1[i] * e1[i];
+    CHECK(norm > 0 && isfinite(norm));
+    free(e1);
+    free(e2);
+    /* `classic predict` prints what the API computes. */
+    char args[2600];
+    snprintf(args, sizeof args, "predict --checkpoint %s --json --top 1 %s", ck,
+             png);
+    REQUIRE(cl_test_classic(args) == 0);
+    cl_json_doc *doc = NULL;
+    REQUIRE_OK(
+        cl_json_parse(&doc, cl_test_out, strlen(cl_test_out), NULL, "json"));
+    const cl_json *t = cl_json_get(cl_json_root(doc)->child, "top");
+    REQUIRE(t && t->count == 1);
+    CHECK((int)cl_json_get(t->child, "index")->num == top[0].index);
+    CHECK_NEAR(cl_json_get(t->child, "prob")->num, top[0].prob, 1e-6);
+    cl_json_free(doc);
+    cl_classifier_free(c);
+}
+
+CL_TEST(failures_are_one_sentence)
+{
+    cl_classifier *c = NULL;
+    float probs[8], feat[8];
+    uint8_t px[16 * 16 * 3] = {0};
+    cl_prediction top[2];
+    /* Before any model: NULL handles and bad files. */
+    CHECK_ERR(cl_classifier_load(NULL, "x", NULL, NULL), CL_ERR_ARG, "out");
+    CHECK_ERR(cl_classifier_load(&c, NULL, NULL, NULL), CL_ERR_ARG, "path");
+    CHECK(cl_classifier_load(&c, cl_test_path("none.safetensors"), NULL,
+                             NULL) != CL_OK);
+    CHECK(c == NULL);
+    CHECK(strstr(cl_last_error(), "none.safetensors") != NULL);
+    FILE *f = fopen(cl_test_path("junk.safetensors"), "wb");
+    REQUIRE(f);
+    fputs("not a checkpoint at all", f);
+    fclose(f);
+    CHECK(cl_classifier_load(&c, cl_test_path("junk.safetensors"), NULL,
+                             NULL) != CL_OK);
+    CHECK(strstr(cl_last_error(), "junk.safetensors") != NULL);
+    CHECK(cl_classifier_num_classes(NULL) == 0);
+    CHECK(cl_classifier_embed_dim(NULL) == 0);
+    CHECK(cl_classifier_class_name(NULL, 0) == NULL);
+    CHECK_ERR(cl_classifier_input(NULL, NULL, NULL), CL_ERR_ARG, "NULL");
+    CHECK_ERR(cl_classifier_classify_file(NULL, "x.png", probs), CL_ERR_ARG,
+              "classifier is NULL");
+    CHECK_ERR(cl_classifier_classify(NULL, px, CL_PIXEL_U8, 16, 16, 3, probs),
+              CL_ERR_ARG, "classifier is NULL");
+    CHECK_ERR(cl_classifier_embed(NULL, px, CL_PIXEL_U8, 16, 16, 3, feat),
+              CL_ERR_ARG, "classifier is NULL");
+    CHECK_ERR(cl_classifier_embed_file(NULL, "x.png", feat), CL_ERR_ARG,
+              "classifier is NULL");
+    CHECK_ERR(cl_classifier_top_k(NULL, probs, 1, top), CL_ERR_ARG,
+              "classifier is NULL");
+    cl_classifier_free(NULL);
+    /* With a model: bad images and arguments. */
+    cl_status st;
+    const char *ck = train_tiny("run", 1, NULL, NULL, &st);
+    REQUIRE_OK(st);
+    CHECK(cl_classifier_load(&c, ck, "resnet50", NULL) != CL_OK && !c);
+    CHECK(strstr(cl_last_error(), "resnet") != NULL);
+    REQUIRE_OK(cl_classifier_load(&c, ck, NULL, NULL));
+    CHECK(cl_classifier_class_name(c, 2) == NULL);
+    CHECK(cl_classifier_class_name(c, -1) == NULL);
+    CHECK(cl_classifier_classify_file(c, cl_test_path("no.png"), probs) ==
+          CL_ERR_IO);
+    CHECK(strstr(cl_last_error(), "no.png") != NULL);
+    CHECK_ERR(cl_classifier_classify(c, px, CL_PIXEL_U8, 16, 16, 2, probs),
+              CL_ERR_SHAPE, "2 channels");
+    CHECK_ERR(cl_classifier_classify(c, px, CL_PIXEL_U8, 0, 16, 3, probs),
+              CL_ERR_SHAPE, "0 x 16");
+    CHECK_ERR(cl_classifier_classify(c, px, (cl_pixel_type)7, 16, 16, 3, probs),
+              CL_ERR_ARG, "pixel type 7");
+    CHECK_ERR(cl_classifier_classify(c, NULL, CL_PIXEL_U8, 16, 16, 3, probs),
+              CL_ERR_ARG, "pixels is NULL");
+    CHECK_ERR(cl_classifier_classify(c, px, CL_PIXEL_U8, 16, 16, 3, NULL),
+              CL_ERR_ARG, "probs is NULL");
+    CHECK_ERR(
+        cl_classifier_classify(c, px, CL_PIXEL_U8, 100000, 100000, 3, probs),
+        CL_ERR_LIMIT, "limit");
+    CHECK_ERR(cl_classifier_embed(c, px, CL_PIXEL_U8, 16, 16, 4, feat),
+              CL_ERR_SHAPE, "4 channels");
+    CHECK_ERR(cl_classifier_embed_file(c, "x.png", NULL), CL_ERR_ARG, "NULL");
+    CHECK_ERR(
+        cl_classifier_classify_batch(c, 2, px, CL_PIXEL_U8, 4, 4, 5, probs),
+        CL_ERR_SHAPE, "image 0");
+    CHECK_ERR(
+        cl_classifier_classify_batch(c, -1, px, CL_PIXEL_U8, 4, 4, 3, probs),
+        CL_ERR_ARG, "negative");
+    const char *paths[] = {cl_test_path("no.png")};
+    CHECK(cl_classifier_classify_files(c, 1, paths, probs) == CL_ERR_IO);
+    CHECK_ERR(cl_classifier_classify_files(c, 1, NULL, probs), CL_ERR_ARG,
+              "paths is NULL");
+    probs[0] = 0.25f;
+    probs[1] = 0.75f;
+    CHECK(cl_classifier_top_k(c, probs, 0, top) == CL_ERR_ARG);
+    CHECK(strstr(cl_last_error(), "k = 0") != NULL);
+    CHECK(cl_classifier_top_k(c, NULL, 1, top) == CL_ERR_ARG);
+    CHECK(cl_classifier_top_k(c, probs, 2, top) == 2 && top[0].index == 1);
+    /* The handle still works after the failures. */
+    CHECK_OK(cl_classifier_classify(c, px, CL_PIXEL_U8, 16, 16, 3, probs));
+    cl_classifier_free(c);
+    CHECK(strcmp(cl_version(), CL_VERSION_STRING) == 0);
+    CHECK(strcmp(cl_status_name(CL_ERR_SHAPE), "CL_ERR_SHAPE") == 0);
+    CHECK(strcmp(cl_status_name((cl_status)-999), "CL_UNKNOWN") == 0);
+    CHECK(strcmp(cl_status_message(CL_ERR_ARG), "invalid argument") == 0);
+    CHECK(cl_last_error()[0] != '\0');
+    cl_clear_error();
+    CHECK(cl_last_error()[0] == '\0');
+}
+
+typedef struct worker {
+    cl_classifier *c;
+    const uint8_t *px;
+    float probs[2];
+    cl_status st;
+} worker;
+
+static void *classify_in_thread(void *arg)
+{
+    worker *w = arg;
+    for (int i = 0; i < 3 && w->st == CL_OK; i++)
+        w->st = cl_classifier_classify(w->c, w->px, CL_PIXEL_U8, 24, 30, 3,
+                                       w->probs);
+    return NULL;
+}
+
+/* Distinct handles may run at once in distinct threads (the header's
+ * promise): each gives what it gives alone. */
+CL_TEST(two_handles_in_two_threads)
+{
+    cl_status st;
+    const char *ck = train_tiny("run", 1, NULL, NULL, &st);
+    REQUIRE_OK(st);
+    static uint8_t px[2][24 * 30 * 3];
+    picture(px[0], 24, 30, 3);
+    for (int i = 0; i < 24 * 30 * 3; i++)
+        px[1][i] = (uint8_t)(255 - px[0][i]);
+    worker w[2];
+    float alone[2][2];
+    memset(w, 0, sizeof w);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE_OK(cl_classifier_load(&w[k].c, ck, NULL, NULL));
+        w[k].px = px[k];
+        REQUIRE_OK(cl_classifier_classify(w[k].c, px[k], CL_PIXEL_U8, 24, 30, 3,
+                                          alone[k]));
+    }
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        REQUIRE(pthread_create(&t[k], NULL, classify_in_thread, &w[k]) == 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(w[k].st);
+        /* Near, not equal: OpenMP may give a nested team other sizes. */
+        CHECK_NEAR(w[k].probs[0], alone[k][0], 1e-5);
+        CHECK_NEAR(w[k].probs[1], alone[k][1], 1e-5);
+        cl_classifier_free(w[k].c);
+    }
+}
