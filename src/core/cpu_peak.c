@@ -25,52 +25,72 @@ static const long TRIPS = 20000000;
 #ifdef CL_PEAK_X86
 static volatile float sink;
 
-__attribute__((target("avx2,fma"))) static double fma_ymm(long n)
+/* The accumulators are ACC named variables, not an array: an array may
+ * live in memory (sanitizer and unoptimised builds keep it there), and
+ * the loop would time loads and stores instead of the instruction. */
+#define ACC_DECL(T, init)                                                      \
+    T a0 = init(0.0f), a1 = init(1.0f), a2 = init(2.0f), a3 = init(3.0f),      \
+      a4 = init(4.0f), a5 = init(5.0f), a6 = init(6.0f), a7 = init(7.0f),      \
+      a8 = init(8.0f), a9 = init(9.0f), a10 = init(10.0f), a11 = init(11.0f)
+#define ACC_EACH(OP)                                                           \
+    OP(a0);                                                                    \
+    OP(a1);                                                                    \
+    OP(a2);                                                                    \
+    OP(a3);                                                                    \
+    OP(a4);                                                                    \
+    OP(a5);                                                                    \
+    OP(a6);                                                                    \
+    OP(a7);                                                                    \
+    OP(a8);                                                                    \
+    OP(a9);                                                                    \
+    OP(a10);                                                                   \
+    OP(a11)
+#define ACC_SUM(add)                                                           \
+    add(add(add(add(a0, a1), add(a2, a3)), add(add(a4, a5), add(a6, a7))),     \
+        add(add(a8, a9), add(a10, a11)))
+
+__attribute__((target("avx2,fma"), no_sanitize_address)) static double
+fma_ymm(long n)
 {
-    __m256 a[ACC], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
-    for (int k = 0; k < ACC; k++)
-        a[k] = _mm256_set1_ps((float)k);
-    for (long i = 0; i < n; i++)
-        for (int k = 0; k < ACC; k++)
-            a[k] = _mm256_fmadd_ps(a[k], m, c);
-    __m256 s = a[0];
-    for (int k = 1; k < ACC; k++)
-        s = _mm256_add_ps(s, a[k]);
-    sink = _mm256_cvtss_f32(s);
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+    ACC_DECL(__m256, _mm256_set1_ps);
+#define FMA_Y(x) x = _mm256_fmadd_ps(x, m, c)
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(FMA_Y);
+    }
+#undef FMA_Y
+    sink = _mm256_cvtss_f32(ACC_SUM(_mm256_add_ps));
     return (double)n * ACC * 8 * 2;
 }
 
-__attribute__((target("avx512f"))) static double fma_zmm(long n)
+__attribute__((target("avx512f"), no_sanitize_address)) static double
+fma_zmm(long n)
 {
-    __m512 a[ACC], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
-    for (int k = 0; k < ACC; k++)
-        a[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < n; i++)
-        for (int k = 0; k < ACC; k++)
-            a[k] = _mm512_fmadd_ps(a[k], m, c);
-    __m512 s = a[0];
-    for (int k = 1; k < ACC; k++)
-        s = _mm512_add_ps(s, a[k]);
-    sink = _mm512_reduce_add_ps(s);
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+    ACC_DECL(__m512, _mm512_set1_ps);
+#define FMA_Z(x) x = _mm512_fmadd_ps(x, m, c)
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(FMA_Z);
+    }
+#undef FMA_Z
+    sink = _mm512_reduce_add_ps(ACC_SUM(_mm512_add_ps));
     return (double)n * ACC * 16 * 2;
 }
 
 /* vdpbf16ps: per f32 lane two bf16 products added to the accumulator,
  * 16 lanes x 2 pairs x 2 FLOP. */
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_zmm(long n)
+__attribute__((target("avx512f,avx512bf16"), no_sanitize_address)) static double
+dpbf16_zmm(long n)
 {
-    __m512 a[ACC];
-    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
-    __m512bh y = (__m512bh)_mm512_set1_epi16(0x3380); /* bf16 ~6e-8 */
-    for (int k = 0; k < ACC; k++)
-        a[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < n; i++)
-        for (int k = 0; k < ACC; k++)
-            a[k] = _mm512_dpbf16_ps(a[k], x, y);
-    __m512 s = a[0];
-    for (int k = 1; k < ACC; k++)
-        s = _mm512_add_ps(s, a[k]);
-    sink = _mm512_reduce_add_ps(s);
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
+    const __m512bh y = (__m512bh)_mm512_set1_epi16(0x3380); /* bf16 ~6e-8 */
+    ACC_DECL(__m512, _mm512_set1_ps);
+#define DP_Z(v) v = _mm512_dpbf16_ps(v, x, y)
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(DP_Z);
+    }
+#undef DP_Z
+    sink = _mm512_reduce_add_ps(ACC_SUM(_mm512_add_ps));
     return (double)n * ACC * 16 * 2 * 2;
 }
 
