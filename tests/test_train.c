@@ -639,6 +639,12 @@ CL_TEST(progress_bar_or_plain)
     REQUIRE(t != NULL);
     CHECK(strstr(t, "step 2/2") != NULL);
     CHECK(strstr(t, "\033[K") == NULL);
+    /* dist: mpi without a launcher is refused in one sentence. */
+    snprintf(args, sizeof args, "%s--dist mpi --ckpt_save_dir %s", common,
+             cl_test_path("nompi"));
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "dist is mpi but no MPI launcher started") !=
+          NULL);
 }
 
 /* A caller's hook hears every printed step and every epoch's end (with

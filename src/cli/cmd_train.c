@@ -61,7 +61,15 @@ int cl_cmd_train(int argc, char **argv)
     if (s != CL_OK)
         return cl_cli_fail("train", s);
     cl_dist d;
-    if ((s = cl_dist_init(&d, NULL, NULL)) != CL_OK)
+    if (cfg.dist == CL_CFG_DIST_NONE)
+        cl_dist_single(&d);
+    else if (cfg.dist == CL_CFG_DIST_MPI && !cl_dist_launched())
+        return cl_cli_fail("train",
+                           cl_error(CL_ERR_CONFIG,
+                                    "dist is mpi but no MPI launcher started "
+                                    "this process: run it under mpirun -np "
+                                    "N, or set dist to auto or none"));
+    else if ((s = cl_dist_init(&d, NULL, NULL)) != CL_OK)
         return cl_cli_fail("train", s);
     d.timeout_s = cfg.dist_timeout;
     cl_logger lg = cl_logger_default();

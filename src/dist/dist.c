@@ -23,7 +23,7 @@ int cl_dist_launched(void)
            getenv("PMIX_RANK");
 }
 
-static void set_single(cl_dist *d)
+void cl_dist_single(cl_dist *d)
 {
     memset(d, 0, sizeof *d);
     d->rank = 0;
@@ -98,7 +98,7 @@ cl_status cl__dist_wait(const cl_dist *d, MPI_Request *r, int n,
 
 cl_status cl_dist_init(cl_dist *d, int *argc, char ***argv)
 {
-    set_single(d);
+    cl_dist_single(d);
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited && !cl_dist_launched())
@@ -266,7 +266,7 @@ cl_status cl_dist_barrier(cl_dist *d)
 
 cl_status cl_dist_init(cl_dist *d, int *argc, char ***argv)
 {
-    set_single(d);
+    cl_dist_single(d);
     if (cl_dist_launched())
         return cl_error(CL_ERR_UNSUPPORTED,
                         "MPI: launched by mpirun but classic was built "

@@ -107,6 +107,9 @@ typedef struct cl_dist_sync_opts {
 /* {CL_DIST_SYNC_OVERLAP, 25}. */
 cl_dist_sync_opts cl_dist_sync_opts_default(void);
 
+/* A world of one without MPI, whatever the environment says (the
+ * config's dist: none). */
+void cl_dist_single(cl_dist *d);
 /* 1 when an MPI launcher (mpirun, PMI/PMIx) started this process: its
  * output then goes through the launcher, even when that is a terminal. */
 int cl_dist_launched(void);
