@@ -38,20 +38,9 @@ static int is_own(const char *a)
 static cl_status predict_one(cl_model *m, const char *path, int top, int json,
                              float *x, float *logits, int first)
 {
-    cl_image img;
-    cl_transforms *tf = NULL;
-    cl_transform_opts to;
-    memset(&img, 0, sizeof img);
-    cl_status s = cl_image_load(path, 0, 0, &img);
+    cl_status s = cl_model_infer_image(m, path, x, logits, NULL);
     if (s != CL_OK)
         return s;
-    if ((s = cl_model_transforms(m, img.h, img.w, &to)) != CL_OK ||
-        (s = cl_transforms_create(&tf, &to)) != CL_OK ||
-        (s = cl_transforms_apply(tf, &img, NULL, NULL, x)) != CL_OK ||
-        (s = cl_backend_set_input(m->be, x, NULL, NULL)) != CL_OK ||
-        (s = cl_backend_forward(m->be, 0, NULL)) != CL_OK ||
-        (s = cl_backend_read(m->be, m->g.logits, logits)) != CL_OK)
-        goto done;
     int K = m->num_classes;
     double mx = logits[0], se = 0;
     for (int k = 1; k < K; k++)
@@ -66,8 +55,7 @@ static cl_status predict_one(cl_model *m, const char *path, int top, int json,
         printf("%s\n", path);
     unsigned char *used = calloc((size_t)K, 1);
     if (!used) {
-        s = cl_error(CL_ERR_NOMEM, "predict");
-        goto done;
+        return cl_error(CL_ERR_NOMEM, "predict");
     }
     for (int t = 0; t < top; t++) {
         int best = -1;
@@ -92,10 +80,7 @@ static cl_status predict_one(cl_model *m, const char *path, int top, int json,
     free(used);
     if (json)
         printf("]}");
-done:
-    cl_transforms_destroy(tf);
-    cl_image_free(&img);
-    return s;
+    return CL_OK;
 }
 
 int cl_cmd_predict(int argc, char **argv)
