@@ -53,7 +53,8 @@ for step in $STEPS; do
     report)
         for run in pretrain finetune scratch; do
             mkdir -p $R/$run
-            cp "$W/$run/metrics.jsonl" "$W/$run/config.yaml" $R/$run/
+            cp "$W/$run/metrics.jsonl" "$W/$run/config.yaml" \
+                "$W/$run/report.html" $R/$run/
         done
         $CLASSIC report --compare "$W/finetune" "$W/scratch" \
             --out $R/finetune_vs_scratch.html 2>&1 | tee $R/report.log ;;
