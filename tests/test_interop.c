@@ -269,6 +269,62 @@ CL_TEST(torch_live_roundtrip)
     free(x);
 }
 
+/* A model with the cifar_pool stem and gray input, trained by classic,
+ * through tools/safetensors2torch.py --check: torchvision's resnet18 after
+ * the CIFAR-stem surgery (conv1 3x3/1 of one channel) loads it strictly
+ * and gives the logits of the checkpoint it came from. */
+CL_TEST(torch_cifar_stem_roundtrip)
+{
+    const int K = 10, S = 28;
+    char cmd[4096], args[2048];
+    const char *dir = cl_test_tmpdir();
+    snprintf(args, sizeof args,
+             "train --model resnet18 --stem cifar_pool --in_channels 1 "
+             "--image_size %d --limit_train 64 --batch_size 32 --epoch_size 1 "
+             "--val_interval 0 --ckpt_save_epochs 0 --num_parallel_workers 1 "
+             "--seed 3 --ckpt_save_dir %s/c",
+             S, dir);
+    REQUIRE(cl_test_classic(args) == 0);
+    const char *st = cl_test_path("c/resnet18-last.safetensors");
+    const char *pth = cl_test_path("c.pth");
+    const char *xin = cl_test_path("cx.bin");
+    const char *yout = cl_test_path("cy.bin");
+    snprintf(cmd, sizeof cmd,
+             PY " " CL_SOURCE_DIR "/tools/safetensors2torch.py --check %s %s",
+             st, pth);
+    REQUIRE(cl_test_run(cmd) == 0);
+    float x[3 * 28 * 28]; /* the first plane is the gray image */
+    make_images(x, 1, S, 1);
+    REQUIRE(write_floats(xin, x, (size_t)S * S) == 0);
+    snprintf(cmd, sizeof cmd,
+             PY " -c \"import numpy as np, torch, torchvision\n"
+                "m = torchvision.models.resnet18(num_classes=%d)\n"
+                "m.conv1 = torch.nn.Conv2d(1, 64, 3, 1, 1, bias=False)\n"
+                "m.load_state_dict(torch.load('%s'), strict=True)\n"
+                "x = np.fromfile('%s', dtype='<f4').reshape(1, 1, %d, %d)\n"
+                "with torch.no_grad():\n"
+                " y = m.eval()(torch.from_numpy(x.copy()))\n"
+                "y.numpy().astype('<f4').tofile('%s')\"",
+             K, pth, xin, S, S, yout);
+    REQUIRE(cl_test_run(cmd) == 0);
+    float *want = read_floats(yout, (size_t)K);
+    REQUIRE(want);
+    cl_model m;
+    REQUIRE_OK(cl_model_open(&m, st, 1, "onednn", CL_PLAN_INFER, 0));
+    CHECK(m.side == S && m.in_c == 1);
+    float got[10];
+    CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
+    CHECK_OK(cl_backend_forward(m.be, 0, NULL));
+    CHECK_OK(cl_backend_read(m.be, m.g.logits, got));
+    double e = rel_err(got, want, (size_t)K);
+    printf("cifar_pool resnet18 from its .pth, classic vs torch: max rel "
+           "err %.3g\n",
+           e);
+    CHECK(e < 1e-4);
+    cl_model_close(&m);
+    free(want);
+}
+
 /* torch2safetensors.py refuses weights that do not fit what it is told. */
 CL_TEST(torch_convert_refusals)
 {

@@ -241,6 +241,70 @@ CL_TEST(finetune_with_a_new_head)
     cl_st_close(b);
 }
 
+/* Largest |a - b| over tensor `name` of two safetensors files. */
+static double max_diff(const char *fa, const char *fb, const char *name)
+{
+    cl_st_file *a = NULL, *b = NULL;
+    double m = -1;
+    if (cl_st_open(&a, fa) != CL_OK || cl_st_open(&b, fb) != CL_OK)
+        goto done;
+    size_t na, nb;
+    const float *pa = cl_st_data(a, (size_t)cl_st_find(a, name), &na);
+    const float *pb = cl_st_data(b, (size_t)cl_st_find(b, name), &nb);
+    if (na != nb)
+        goto done;
+    m = 0;
+    for (size_t i = 0; i < na / sizeof(float); i++) {
+        float x, y;
+        memcpy(&x, (const char *)pa + i * sizeof x, sizeof x);
+        memcpy(&y, (const char *)pb + i * sizeof y, sizeof y);
+        m = fabs((double)x - y) > m ? fabs((double)x - y) : m;
+    }
+done:
+    cl_st_close(a);
+    cl_st_close(b);
+    return m;
+}
+
+CL_TEST(finetune_new_head_of_the_same_shape)
+{
+    /* new_head: a head of the pretrained shape is still not loaded.  With
+     * an lr of 1e-12 the fine-tuned head is its initialisation, which a
+     * run from scratch with the same seed reproduces, while the frozen
+     * backbone is the base's. */
+    char args[2048];
+    const char *tail = "--limit_train 64 --batch_size 32 --epoch_size 1 "
+                       "--val_interval 0 --ckpt_save_epochs 0";
+    snprintf(args, sizeof args, "train " QUICK "%s --ckpt_save_dir %s", tail,
+             cl_test_path("base"));
+    REQUIRE(cl_test_classic(args) == 0);
+    snprintf(args, sizeof args,
+             "train " QUICK "%s --lr 1e-12 --min_lr 0 --freeze_backbone true "
+             "--new_head true --pretrained %s --ckpt_save_dir %s",
+             tail, cl_test_path("base/resnet18-last.safetensors"),
+             cl_test_path("ft"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "new_head: the head keeps its fresh "
+                              "initialisation for 10 classes") != NULL);
+    snprintf(args, sizeof args,
+             "train " QUICK "%s --lr 1e-12 --min_lr 0 --freeze_backbone true "
+             "--ckpt_save_dir %s",
+             tail, cl_test_path("scratch"));
+    REQUIRE(cl_test_classic(args) == 0);
+    char base[600], ft[600], scratch[600];
+    snprintf(base, sizeof base, "%s",
+             cl_test_path("base/resnet18-last.safetensors"));
+    snprintf(ft, sizeof ft, "%s", cl_test_path("ft/resnet18-last.safetensors"));
+    snprintf(scratch, sizeof scratch, "%s",
+             cl_test_path("scratch/resnet18-last.safetensors"));
+    CHECK(max_diff(ft, scratch, "fc.weight") >= 0);
+    CHECK(max_diff(ft, scratch, "fc.weight") < 1e-6);
+    CHECK(max_diff(ft, scratch, "fc.bias") < 1e-6);
+    CHECK(max_diff(ft, base, "fc.weight") > 1e-4);
+    CHECK(max_diff(ft, base, "conv1.weight") == 0);
+    CHECK(max_diff(ft, scratch, "conv1.weight") > 1e-4);
+}
+
 /* The loss and top-1 that `classic eval` printed last. */
 static void eval_result(double *loss, double *top1)
 {

@@ -8,7 +8,10 @@ into a .pth state_dict that torchvision loads with strict=True:
 
 The file is parsed by hand (u64 little-endian header length, JSON, data);
 --check builds the torchvision model named by the metadata and loads the
-result strictly before writing.
+result strictly before writing.  The CIFAR stems (`stem: cifar` or
+`cifar_pool`) and other input channels load into that model after the
+usual surgery: conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
+(7, 2, 3 for the ImageNet stem), and for `cifar` maxpool = nn.Identity().
 """
 import argparse
 import json
@@ -75,11 +78,21 @@ def main():
                         "resnet152"):
             sys.exit("%s: metadata arch %r is not a torchvision ResNet"
                      % (a.inp, arch))
-        if meta.get("stem", "imagenet") != "imagenet":
+        stem = meta.get("stem", "imagenet")
+        if stem not in ("imagenet", "cifar", "cifar_pool"):
             sys.exit("%s: stem %r has no torchvision equivalent"
-                     % (a.inp, meta.get("stem")))
+                     % (a.inp, stem))
         k = int(meta.get("num_classes", sd["fc.weight"].shape[0]))
         model = getattr(torchvision.models, arch)(num_classes=k)
+        in_c = sd["conv1.weight"].shape[1]
+        if stem != "imagenet":
+            # The CIFAR stems are torchvision's with a 3x3/1 conv1 (and,
+            # for cifar, no maxpool): the usual surgery in PyTorch.
+            model.conv1 = torch.nn.Conv2d(in_c, 64, 3, 1, 1, bias=False)
+            if stem == "cifar":
+                model.maxpool = torch.nn.Identity()
+        elif in_c != 3:
+            model.conv1 = torch.nn.Conv2d(in_c, 64, 7, 2, 3, bias=False)
         model.load_state_dict(sd, strict=True)
     torch.save(sd, a.out)
 

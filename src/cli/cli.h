@@ -34,6 +34,7 @@ int cl_cmd_train(int argc, char **argv);
 int cl_cmd_eval(int argc, char **argv);
 int cl_cmd_predict(int argc, char **argv);
 int cl_cmd_embed(int argc, char **argv);
+int cl_cmd_retrieve(int argc, char **argv);
 int cl_cmd_info(int argc, char **argv);
 int cl_cmd_export(int argc, char **argv);
 int cl_cmd_convert(int argc, char **argv);

@@ -7,8 +7,11 @@
 #include "core/error.h"
 #include "core/mem.h"
 #include "io/safetensors.h"
+#include "io/strbuf.h"
 #include "train/evaluate.h"
 #include "train/model.h"
+#include "train/recipe.h"
+#include "train/retrieval.h"
 
 static void usage(void)
 {
@@ -18,7 +21,10 @@ static void usage(void)
            "...]\n\n"
            "Writes the pooled penultimate features (2048-d for resnet50) of "
            "every sample\nof a split as a safetensors file: 'features' (N, "
-           "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order).\n"
+           "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order), "
+           "for image folders 'names' (the files,\neach ended by a NUL, U8) "
+           "and as metadata the dataset, split, data_dir,\nclass_names and "
+           "checkpoint: the gallery `classic retrieve` searches.\n"
            "FILE may be a PyTorch .pth or a plain safetensors file (arch "
            "inferred\nor checked against --arch; give the data with "
            "--dataset and --data_dir).\n");
@@ -46,6 +52,53 @@ static void on_features(void *ctx, int64_t index, const float *row, int dim,
     s->n++;
 }
 
+/* The file names of the rows (image folders only), each ended by a NUL,
+ * as the U8 entry 'names': the split's folder joined to the dataset's
+ * relative paths, so that a name opens.  buf must outlive the writer's
+ * save. */
+static cl_status add_names(cl_st_writer *w, const cl_model *m, const sink *s,
+                           cl_strbuf *buf)
+{
+    if (s->n == 0 || !cl_dataset_path(s->ds, s->indices[0]))
+        return CL_OK;
+    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    CL_TRY(cl_recipe_dataset(&m->cfg, CL_USAGE_TEST, dir, sizeof dir, &spec));
+    for (int64_t i = 0; i < s->n; i++) {
+        const char *p = cl_dataset_path(s->ds, s->indices[i]);
+        if (p[0] != '/' && spec.path && spec.path[0])
+            CL_TRY(cl_strbuf_addf(buf, "%s/", spec.path));
+        CL_TRY(cl_strbuf_add(buf, p, strlen(p) + 1));
+    }
+    int64_t len = (int64_t)buf->len;
+    return cl_st_writer_add(w, CL_GALLERY_NAMES, CL_ST_U8,
+                            cl_shape_make(1, &len), cl_strbuf_str(buf));
+}
+
+/* What names a row without a file (dataset, split, folder), the class
+ * names and the checkpoint; classes must outlive the writer's save. */
+static cl_status add_meta(cl_st_writer *w, const cl_model *m,
+                          const cl_dataset *ds, const char *ckpt,
+                          cl_strbuf *classes)
+{
+    CL_TRY(cl_strbuf_addc(classes, '['));
+    for (int k = 0; k < cl_dataset_num_classes(ds); k++) {
+        const char *n = cl_dataset_class_name(ds, k);
+        if (k)
+            CL_TRY(cl_strbuf_addc(classes, ','));
+        CL_TRY(cl_strbuf_add_json_str(classes, n, strlen(n)));
+    }
+    CL_TRY(cl_strbuf_addc(classes, ']'));
+    char dataset[64];
+    CL_TRY(cl_config_get(&m->cfg, "dataset", dataset, sizeof dataset));
+    CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_DATASET, dataset));
+    CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_SPLIT, m->cfg.val_split));
+    CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_DATA_DIR, m->cfg.data_dir));
+    CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_CLASS_NAMES,
+                             cl_strbuf_str(classes)));
+    return cl_st_writer_meta(w, CL_GALLERY_META_CHECKPOINT, ckpt);
+}
+
 static const char *const own[] = {"--checkpoint", "--out",  "--split",
                                   "--batch",      "--arch", NULL};
 
@@ -71,6 +124,9 @@ int cl_cmd_embed(int argc, char **argv)
     cl_model_data md;
     cl_metrics met;
     cl_st_writer *w = NULL;
+    cl_strbuf names, classes;
+    cl_strbuf_init(&names);
+    cl_strbuf_init(&classes);
     sink sk;
     memset(&sk, 0, sizeof sk);
     memset(&met, 0, sizeof met);
@@ -87,7 +143,7 @@ int cl_cmd_embed(int argc, char **argv)
     if ((s = cl_model_data_open(&m, batch, 1, 0, &md)) != CL_OK)
         goto fail;
     sk.ds = md.ds;
-    sk.dim = (int)m.g.tensors[m.g.features].shape.d[1];
+    sk.dim = cl_model_feature_dim(&m);
     sk.cap = cl_loader_samples_per_epoch(md.ld);
     sk.feat = cl_alloc((size_t)sk.cap * sk.dim * sizeof(float), "features");
     sk.labels = cl_alloc((size_t)sk.cap * sizeof(int64_t), "labels");
@@ -108,7 +164,8 @@ int cl_cmd_embed(int argc, char **argv)
                               sk.labels)) != CL_OK ||
         (s = cl_st_writer_add(w, "indices", CL_ST_I64, cl_shape_make(1, fd),
                               sk.indices)) != CL_OK ||
-        (s = cl_st_writer_meta(w, "checkpoint", ckpt)) != CL_OK ||
+        (s = add_names(w, &m, &sk, &names)) != CL_OK ||
+        (s = add_meta(w, &m, md.ds, ckpt, &classes)) != CL_OK ||
         (s = cl_st_writer_save(w, out)) != CL_OK)
         goto fail;
     printf("%lld features of dimension %d written to %s (top-1 on the way: "
@@ -116,6 +173,8 @@ int cl_cmd_embed(int argc, char **argv)
            (long long)sk.n, sk.dim, out, 100 * cl_metrics_top1(&met));
 fail:
     cl_st_writer_free(w);
+    cl_strbuf_free(&names);
+    cl_strbuf_free(&classes);
     cl_free(sk.feat);
     cl_free(sk.labels);
     cl_free(sk.indices);

@@ -16,6 +16,8 @@ static const cl_cli_command commands[] = {
      cl_cmd_eval},
     {"predict", "top-k classes of image files", cl_cmd_predict},
     {"embed", "penultimate features of a dataset split", cl_cmd_embed},
+    {"retrieve", "nearest gallery images by features; recall@k",
+     cl_cmd_retrieve},
     {"info", "layer table, parameters, FLOPs, checkpoint metadata",
      cl_cmd_info},
     {"report", "HTML report of a run, or two runs compared", cl_cmd_report},

@@ -218,6 +218,9 @@ static const key keys[] = {
           "MindSpore .ckpt (\"\": random init)"),
     K_STR(resume, "",
           "checkpoint to continue training from (optimizer state, epoch)"),
+    K_BOOL(new_head, "false",
+           "fine-tuning: the head keeps its fresh initialisation even when "
+           "the pretrained one has its shape"),
     K_BOOL(freeze_backbone, "false",
            "train only the classifier head (fine-tuning)"),
     K_FLT(backbone_lr_mult, 0, 0, 1000, 0, "1",

@@ -127,6 +127,7 @@ typedef struct cl_config {
     char pretrained[CL_CFG_PATH_MAX]; /* safetensors to start from */
     char resume[CL_CFG_PATH_MAX];     /* checkpoint to continue */
     int freeze_backbone;
+    int new_head; /* fine-tuning: the head never comes from pretrained */
     double backbone_lr_mult;
     int zero_init_residual;
     int sync_bn;

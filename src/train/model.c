@@ -197,6 +197,28 @@ cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
                                 out);
 }
 
+cl_status cl_model_infer_image(cl_model *m, const char *path, float *x,
+                               float *logits, float *features)
+{
+    cl_image img;
+    cl_transforms *tf = NULL;
+    cl_transform_opts to;
+    memset(&img, 0, sizeof img);
+    cl_status s = cl_image_load(path, 0, 0, &img);
+    if (s == CL_OK &&
+        (s = cl_model_transforms(m, img.h, img.w, &to)) == CL_OK &&
+        (s = cl_transforms_create(&tf, &to)) == CL_OK &&
+        (s = cl_transforms_apply(tf, &img, NULL, NULL, x)) == CL_OK &&
+        (s = cl_backend_set_input(m->be, x, NULL, NULL)) == CL_OK &&
+        (s = cl_backend_forward(m->be, 0, NULL)) == CL_OK && logits)
+        s = cl_backend_read(m->be, m->g.logits, logits);
+    if (s == CL_OK && features)
+        s = cl_backend_read(m->be, m->g.features, features);
+    cl_transforms_destroy(tf);
+    cl_image_free(&img);
+    return s;
+}
+
 cl_status cl_model_data_open(const cl_model *m, int batch, int num_shards,
                              int shard_id, cl_model_data *out)
 {
@@ -241,4 +263,9 @@ void cl_model_data_close(cl_model_data *md)
     cl_transforms_destroy(md->tf);
     cl_dataset_close(md->ds);
     memset(md, 0, sizeof *md);
+}
+
+int cl_model_feature_dim(const cl_model *m)
+{
+    return (int)m->g.tensors[m->g.features].shape.d[1];
 }

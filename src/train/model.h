@@ -42,6 +42,15 @@ void cl_model_close(cl_model *m);
 cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
                               cl_transform_opts *out);
 
+/* One JPEG or PNG file through m, opened for batches of 1, with the eval
+ * transforms for its size: its logits (num_classes floats) and its pooled
+ * features (the width of m->g.features), either may be NULL.  x is scratch
+ * of in_c * side * side floats.  What predict and retrieve run. */
+cl_status cl_model_infer_image(cl_model *m, const char *path, float *x,
+                               float *logits, float *features);
+/* The width of the pooled features (2048 for resnet50). */
+int cl_model_feature_dim(const cl_model *m);
+
 /* The validation split of m's recipe (m->cfg.val_split), its eval
  * transforms and a loader over it: no shuffling, no dropped remainder,
  * shard shard_id of num_shards, at most m->cfg.limit_val samples.  What

@@ -171,6 +171,60 @@ static cl_status open_data(run *r)
     return CL_OK;
 }
 
+/* Copies the head's parameters into buf (back 0) or from it (back 1). */
+static void copy_head(cl_graph *g, float *buf, int back)
+{
+    size_t o = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (gt->kind != CL_GT_PARAM || !(gt->param_flags & CL_PARAM_HEAD))
+            continue;
+        size_t n = (size_t)cl_graph_numel(g, t);
+        float *p = g->params + gt->offset;
+        memcpy(back ? p : buf + o, back ? buf + o : p, n * sizeof(float));
+        o += n;
+    }
+}
+
+/* The weights of c->pretrained copied into r->g (k: the head's classes). */
+static cl_status load_pretrained(run *r, int k)
+{
+    const cl_config *c = r->cfg;
+    size_t n = strlen(c->pretrained);
+    if (n > 5 && strcmp(c->pretrained + n - 5, ".ckpt") == 0) {
+        /* A MindSpore checkpoint: names mapped onto torchvision's. */
+        char note[1024];
+        CL_TRY(cl_error_wrap(cl_interop_load_pretrained(c->pretrained, &r->g,
+                                                        CL_CKPT_PRETRAINED,
+                                                        note, sizeof note),
+                             "pretrained weights: "));
+        cl_log(r->lg, CL_LOG_INFO,
+               "pretrained: %s; training starts at step 0 with a fresh "
+               "optimizer",
+               note);
+        return CL_OK;
+    }
+    /* safetensors (classic's or plain) or a PyTorch .pth. */
+    cl_ckpt_load_report rep;
+    cl_weights w;
+    cl_status s = cl_weights_open(&w, c->pretrained);
+    if (s == CL_OK)
+        s = cl_ckpt_load_source(&w.src, &r->g, CL_CKPT_PRETRAINED, &rep);
+    const char *kind = w.kind;
+    cl_weights_close(&w);
+    CL_TRY(cl_error_wrap(s, "pretrained weights: "));
+    cl_log(r->lg, CL_LOG_INFO,
+           "pretrained: %d tensors loaded from %s (%s); training starts "
+           "at step 0 with a fresh optimizer",
+           rep.loaded, c->pretrained, kind);
+    if (rep.head_skipped)
+        cl_log(r->lg, CL_LOG_WARN,
+               "pretrained: the head is re-initialised for %d classes "
+               "(%s)",
+               k, rep.head_note);
+    return CL_OK;
+}
+
 static cl_status build_model(run *r)
 {
     const cl_config *c = r->cfg;
@@ -183,41 +237,34 @@ static cl_status build_model(run *r)
     CL_TRY(cl_resnet_build(&r->g, &r->model, r->side, r->side, soft,
                            (float)c->label_smoothing));
     CL_TRY(cl_resnet_init(&r->g, &r->model, (uint64_t)c->seed));
-    if (c->pretrained[0] && !c->resume[0]) {
-        size_t n = strlen(c->pretrained);
-        if (n > 5 && strcmp(c->pretrained + n - 5, ".ckpt") == 0) {
-            /* A MindSpore checkpoint: names mapped onto torchvision's. */
-            char note[1024];
-            CL_TRY(cl_error_wrap(cl_interop_load_pretrained(
-                                     c->pretrained, &r->g, CL_CKPT_PRETRAINED,
-                                     note, sizeof note),
-                                 "pretrained weights: "));
-            cl_log(r->lg, CL_LOG_INFO,
-                   "pretrained: %s; training starts at step 0 with a fresh "
-                   "optimizer",
-                   note);
-            return CL_OK;
-        }
-        /* safetensors (classic's or plain) or a PyTorch .pth. */
-        cl_ckpt_load_report rep;
-        cl_weights w;
-        cl_status s = cl_weights_open(&w, c->pretrained);
-        if (s == CL_OK)
-            s = cl_ckpt_load_source(&w.src, &r->g, CL_CKPT_PRETRAINED, &rep);
-        const char *kind = w.kind;
-        cl_weights_close(&w);
-        CL_TRY(cl_error_wrap(s, "pretrained weights: "));
-        cl_log(r->lg, CL_LOG_INFO,
-               "pretrained: %d tensors loaded from %s (%s); training starts "
-               "at step 0 with a fresh optimizer",
-               rep.loaded, c->pretrained, kind);
-        if (rep.head_skipped)
-            cl_log(r->lg, CL_LOG_WARN,
-                   "pretrained: the head is re-initialised for %d classes "
-                   "(%s)",
-                   k, rep.head_note);
+    if (!c->pretrained[0] || c->resume[0])
+        return CL_OK;
+    /* new_head: the head keeps this initialisation whatever the file
+     * holds, so save it across the load. */
+    float *head = NULL;
+    size_t head_n = 0;
+    if (c->new_head) {
+        for (int t = 0; t < r->g.n_tensors; t++)
+            if (r->g.tensors[t].kind == CL_GT_PARAM &&
+                (r->g.tensors[t].param_flags & CL_PARAM_HEAD))
+                head_n += (size_t)cl_graph_numel(&r->g, t);
+        head = cl_alloc(head_n * sizeof(float), "head");
+        if (!head)
+            return CL_ERR_NOMEM;
+        copy_head(&r->g, head, 0);
     }
-    return CL_OK;
+    cl_status s = load_pretrained(r, k);
+    if (head) {
+        if (s == CL_OK) {
+            copy_head(&r->g, head, 1);
+            cl_log(r->lg, CL_LOG_INFO,
+                   "pretrained: new_head: the head keeps its fresh "
+                   "initialisation for %d classes",
+                   k);
+        }
+        cl_free(head);
+    }
+    return s;
 }
 
 static cl_status make_optimizer(run *r)

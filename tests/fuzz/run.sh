@@ -15,7 +15,7 @@ work="${FUZZ_WORK:-/tmp/classic-fuzz}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
   targets=(idx cifar_bin cifar_tar jpeg png safetensors ckpt pth json yaml
-           class_indexing)
+           class_indexing gallery)
 fi
 mkdir -p "$work/crashes"
 status=0
