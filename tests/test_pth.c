@@ -734,6 +734,25 @@ CL_TEST(cli_everywhere)
     } else
         CHECK(!"embed wrote no features");
 
+    /* info: the layer table of the inferred model; a features file shows
+     * its metadata and says it holds no model. */
+    snprintf(args, sizeof args, "info --checkpoint %s/k3.pth", dir);
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "resnet18, imagenet stem, 3 input channel(s), "
+                              "3 classes, 224x224") != NULL);
+    CHECK(strstr(cl_test_out, "parameters: 11178051") != NULL);
+    snprintf(args, sizeof args, "info --checkpoint %s/plain.safetensors", dir);
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "arch inferred") != NULL);
+    CHECK(strstr(cl_test_out, "1000 classes") != NULL);
+    snprintf(args, sizeof args, "info --checkpoint %s/f.safetensors", dir);
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "(no layer table: ") != NULL);
+    snprintf(args, sizeof args, "info --checkpoint %s/k3.pth --arch resnet50",
+             dir);
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "blocks are those of resnet18") != NULL);
+
     /* Fine-tuning from the .pth: 1000-class head replaced by 3 classes. */
     snprintf(args, sizeof args,
              "train --dataset imagefolder --data_dir %s/img --train_split "
