@@ -214,6 +214,113 @@ CL_TEST(classify_and_embed)
     cl_classifier_free(c);
 }
 
+/* The evaluation API: the split counted once, the confusion matrix adds
+ * up to the samples and top-1, the features are those the classifier
+ * computes for the same files, and `classic eval` / `embed` print and
+ * write what it holds. */
+CL_TEST(evaluate_a_split_and_keep_features)
+{
+    cl_status st;
+    const char *ck = train_tiny("run_eval", 1, NULL, NULL, &st);
+    REQUIRE_OK(st);
+    const char *ov[] = {"limit_val=0"};
+    cl_eval_opts o = {
+        .batch = 3, .overrides = ov, .n_overrides = 1, .keep_features = 1};
+    cl_evaluation *e = NULL;
+    REQUIRE_OK(cl_evaluation_run(&e, ck, &o));
+    cl_eval_summary sum;
+    REQUIRE_OK(cl_evaluation_summary(e, &sum));
+    /* 2 images per class in val/, batch 3: the last batch is partial. */
+    CHECK(sum.samples == 4);
+    CHECK(sum.num_classes == 2 && sum.rank == 0 && sum.world_size == 1);
+    CHECK(sum.top1 >= 0 && sum.top1 <= 1 && sum.top5 == 1.0);
+    CHECK(isfinite(sum.loss) && sum.loss > 0);
+    long long total = 0, right = 0;
+    for (int t = 0; t < 2; t++)
+        for (int p = 0; p < 2; p++) {
+            long long n = cl_evaluation_confusion(e, t, p);
+            CHECK(n >= 0);
+            total += n;
+            right += t == p ? n : 0;
+        }
+    CHECK(total == 4);
+    CHECK_NEAR(sum.top1, right / 4.0, 1e-12);
+    CHECK(cl_evaluation_confusion(e, 2, 0) == -1);
+    CHECK(strcmp(cl_evaluation_class_name(e, 1), "b") == 0);
+    CHECK(cl_evaluation_class_name(e, 2) == NULL);
+    long long n = 0;
+    int dim = 0;
+    const float *f = cl_evaluation_features(e, &n, &dim);
+    const long long *lab = cl_evaluation_labels(e);
+    REQUIRE(f && lab && n == 4 && dim == 512);
+    int per_class[2] = {0, 0};
+    for (long long i = 0; i < n; i++)
+        if (lab[i] == 0 || lab[i] == 1)
+            per_class[lab[i]]++;
+    CHECK(per_class[0] == 2 && per_class[1] == 2);
+    /* Row 0 is the split's first image: the classifier agrees. */
+    const char *gallery = cl_test_path("g.safetensors");
+    REQUIRE_OK(cl_evaluation_save_features(e, gallery));
+    cl_classifier *c = NULL;
+    REQUIRE_OK(cl_classifier_load(&c, ck, NULL, NULL));
+    char first[1200];
+    CHECK(lab[0] == 0);
+    snprintf(first, sizeof first, "%s/val/a/0.jpg", cl_test_path("folder"));
+    float one[512];
+    if (cl_classifier_embed_file(c, first, one) == CL_OK) {
+        double d = 0;
+        for (int i = 0; i < 512; i++)
+            d = fmax(d, fabs(one[i] - f[i]));
+        CHECK(d < 1e-4);
+    } else
+        CHECK(!"the first gallery image opens");
+    cl_classifier_free(c);
+    char path[1400];
+    snprintf(path, sizeof path, "%s", cl_test_path("confusion.csv"));
+    CHECK_OK(cl_evaluation_write_csv(e, path));
+    FILE *tmp = tmpfile();
+    REQUIRE(tmp);
+    CHECK_OK(cl_evaluation_print(e, tmp));
+    fclose(tmp);
+    cl_evaluation_free(e);
+
+    /* The CLI prints the same top-1 and writes the same gallery rows. */
+    char args[3000], want[64];
+    snprintf(args, sizeof args, "eval --checkpoint %s --batch 3", ck);
+    REQUIRE(cl_test_classic(args) == 0);
+    snprintf(want, sizeof want, "(4 samples)");
+    CHECK(strstr(cl_test_out, want) != NULL);
+    snprintf(args, sizeof args, "embed --checkpoint %s --batch 5 --out %s", ck,
+             cl_test_path("g2.safetensors"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "4 features of dimension 512") != NULL);
+
+    /* Failures: one sentence each, nothing returned. */
+    e = (cl_evaluation *)1;
+    CHECK_ERR(cl_evaluation_run(&e, NULL, NULL), CL_ERR_ARG, "path is NULL");
+    CHECK(e == NULL);
+    CHECK_ERR(cl_evaluation_run(NULL, ck, NULL), CL_ERR_ARG, "out is NULL");
+    const char *bad[] = {"no_equals_sign"};
+    cl_eval_opts ob = {.overrides = bad, .n_overrides = 1};
+    CHECK_ERR(cl_evaluation_run(&e, ck, &ob), CL_ERR_ARG, "expected key=value");
+    const char *unknown[] = {"no_such_key=1"};
+    ob.overrides = unknown;
+    CHECK(cl_evaluation_run(&e, ck, &ob) != CL_OK);
+    CHECK(strstr(cl_last_error(), "no_such_key") != NULL);
+    cl_eval_opts os = {.split = "nowhere"};
+    CHECK(cl_evaluation_run(&e, ck, &os) != CL_OK);
+    CHECK(strstr(cl_last_error(), "nowhere") != NULL);
+    CHECK(e == NULL);
+    cl_eval_opts nf = {.batch = 4};
+    REQUIRE_OK(cl_evaluation_run(&e, ck, &nf));
+    CHECK(cl_evaluation_features(e, &n, &dim) == NULL && n == 0);
+    CHECK_ERR(cl_evaluation_save_features(e, gallery), CL_ERR_ARG,
+              "keep_features");
+    CHECK_ERR(cl_evaluation_summary(e, NULL), CL_ERR_ARG, "is NULL");
+    cl_evaluation_free(e);
+    cl_evaluation_free(NULL);
+}
+
 CL_TEST(failures_are_one_sentence)
 {
     cl_classifier *c = NULL;

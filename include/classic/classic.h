@@ -30,6 +30,7 @@
 #define CLASSIC_CLASSIC_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "classic/status.h"
 
@@ -121,6 +122,73 @@ CL_API cl_status cl_classifier_embed_file(cl_classifier *c, const char *path,
 CL_API cl_status cl_classifier_embed(cl_classifier *c, const void *pixels,
                                      cl_pixel_type type, int h, int w,
                                      int channels, float *feat);
+
+/* ------------------------------------------------------------ evaluation */
+
+/* A model run over a whole dataset split: its accuracy, loss, confusion
+ * matrix and, when asked, every sample's features (opaque;
+ * cl_evaluation_run / cl_evaluation_free). */
+typedef struct cl_evaluation cl_evaluation;
+
+typedef struct cl_eval_opts {
+    const char *arch;    /* checked against the file, or picks the ResNet of
+                            weights without metadata; NULL: from the file */
+    const char *backend; /* "onednn" (NULL) or "ref" */
+    int batch;           /* images per forward; 0: 100 */
+    const char *split;   /* NULL: the recipe's val_split ("test", "val") */
+    const char *const *overrides; /* "key=value" onto the checkpoint's recipe
+                                     (data_dir, dataset, limit_val, ...) */
+    int n_overrides;
+    int keep_features; /* non-zero: keep every sample's pooled features */
+    int distributed;   /* non-zero and under mpirun: each process reads its
+                          shard and every process gets the sums */
+} cl_eval_opts;
+
+typedef struct cl_eval_summary {
+    long long samples;       /* each sample of the split counted once */
+    double top1, top5, loss; /* fractions in [0, 1]; mean cross-entropy */
+    double mean_class_acc;   /* the mean of the per-class accuracies */
+    int num_classes;
+    int rank, world_size; /* this process among those that shared it */
+} cl_eval_summary;
+
+/* Opens the checkpoint at path (any kind cl_classifier_load reads), reads
+ * the split its recipe names (as opts change it) with its eval pipeline,
+ * every sample exactly once, and keeps the results in *out.  opts may be
+ * NULL (the defaults above).  With opts->distributed under mpirun, MPI is
+ * initialised here and finalised by cl_evaluation_free: one distributed
+ * evaluation per process.  Thread-safe (one call per handle). */
+CL_API cl_status cl_evaluation_run(cl_evaluation **out, const char *path,
+                                   const cl_eval_opts *opts);
+/* Frees an evaluation (and finalises MPI if it initialised it); NULL is a
+ * no-op. */
+CL_API void cl_evaluation_free(cl_evaluation *e);
+/* The totals into *out.  Thread-safe. */
+CL_API cl_status cl_evaluation_summary(const cl_evaluation *e,
+                                       cl_eval_summary *out);
+/* How many samples of class truth were predicted as pred (top-1); -1 when
+ * e is NULL or an index is out of range.  Thread-safe. */
+CL_API long long cl_evaluation_confusion(const cl_evaluation *e, int truth,
+                                         int pred);
+/* Class k's name ("" when unknown), NULL out of range.  Thread-safe. */
+CL_API const char *cl_evaluation_class_name(const cl_evaluation *e, int k);
+/* Writes what `classic eval` prints: the split, top-1, top-5, loss,
+ * per-class accuracy and the confusion matrix.  Thread-safe. */
+CL_API cl_status cl_evaluation_print(const cl_evaluation *e, FILE *f);
+/* Writes the confusion matrix with class names as CSV to path. */
+CL_API cl_status cl_evaluation_write_csv(const cl_evaluation *e,
+                                         const char *path);
+/* The kept features (n rows of dim floats, in the split's order) and their
+ * labels (n); NULL unless opts->keep_features was set.  They live as long as
+ * e.  Thread-safe. */
+CL_API const float *cl_evaluation_features(const cl_evaluation *e, long long *n,
+                                           int *dim);
+CL_API const long long *cl_evaluation_labels(const cl_evaluation *e);
+/* Saves the kept features as the gallery `classic retrieve` searches: a
+ * safetensors file with 'features', 'labels', 'indices', for image folders
+ * 'names', and the dataset, split, class names and checkpoint as metadata. */
+CL_API cl_status cl_evaluation_save_features(const cl_evaluation *e,
+                                             const char *path);
 
 /* -------------------------------------------------------------- training */
 

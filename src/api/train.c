@@ -50,21 +50,6 @@ static int on_event(void *ctx, const cl_train_event *e)
     return 0;
 }
 
-/* Applies one "key=value" override. */
-static cl_status set_one(cl_config *cfg, const char *kv)
-{
-    if (!kv)
-        return cl_error(CL_ERR_ARG, "cl_train: an override is NULL");
-    const char *eq = strchr(kv, '=');
-    char key[128];
-    if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof key)
-        return cl_error(CL_ERR_ARG,
-                        "cl_train: override '%s': expected key=value", kv);
-    memcpy(key, kv, (size_t)(eq - kv));
-    key[eq - kv] = '\0';
-    return cl_config_set(cfg, key, eq + 1);
-}
-
 cl_status cl_train(const char *config_path, const char *config_text,
                    const char *const *overrides, int n_overrides,
                    cl_progress_fn on_progress, void *ctx,
@@ -90,7 +75,7 @@ cl_status cl_train(const char *config_path, const char *config_text,
                                          "config text"));
     }
     for (int i = 0; i < n_overrides; i++)
-        CL_TRY(set_one(&cfg, overrides[i]));
+        CL_TRY(cl_config_set_pair(&cfg, overrides[i], "cl_train"));
     CL_TRY(cl_config_check(&cfg));
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;

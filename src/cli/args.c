@@ -1,6 +1,7 @@
 /* Command-line options shared by the commands: a YAML recipe and
  * `--key value` overrides of any config key. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -30,9 +31,34 @@ cl_status cl_cli_config(int argc, char **argv, const char *const *own,
     return cl_config_check(c);
 }
 
-cl_status cl_cli_overrides(int argc, char **argv, const char *const *own,
-                           cl_config *c)
+void cl_cli_pairs_free(cl_cli_pairs *p)
 {
+    for (int i = 0; i < p->n; i++)
+        free(p->kv[i]);
+    free(p->kv);
+    p->kv = NULL;
+    p->n = 0;
+}
+
+static cl_status add_pair(cl_cli_pairs *p, const char *key, int key_len,
+                          const char *val)
+{
+    char **kv = realloc(p->kv, (size_t)(p->n + 1) * sizeof *kv);
+    if (!kv)
+        return cl_error(CL_ERR_NOMEM, "command line: out of memory");
+    p->kv = kv;
+    size_t len = (size_t)key_len + strlen(val) + 2;
+    if (!(kv[p->n] = malloc(len)))
+        return cl_error(CL_ERR_NOMEM, "command line: out of memory");
+    snprintf(kv[p->n++], len, "%.*s=%s", key_len, key, val);
+    return CL_OK;
+}
+
+cl_status cl_cli_pairs_collect(int argc, char **argv, const char *const *own,
+                               cl_cli_pairs *p)
+{
+    p->kv = NULL;
+    p->n = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) {
@@ -47,27 +73,36 @@ cl_status cl_cli_overrides(int argc, char **argv, const char *const *own,
             i++; /* the command's own option and its value */
             continue;
         }
-        if (strncmp(a, "--", 2) != 0)
-            return cl_error(CL_ERR_ARG,
-                            "unexpected argument '%s' (options are --key "
-                            "value)",
-                            a);
+        cl_status s = CL_OK;
         const char *key = a + 2;
         const char *eq = strchr(key, '=');
-        char kbuf[128];
-        const char *val;
-        if (eq) {
-            snprintf(kbuf, sizeof kbuf, "%.*s", (int)(eq - key), key);
-            key = kbuf;
-            val = eq + 1;
-        } else {
-            if (i + 1 >= argc)
-                return cl_error(CL_ERR_ARG, "--%s needs a value", key);
-            val = argv[++i];
+        if (strncmp(a, "--", 2) != 0)
+            s = cl_error(CL_ERR_ARG,
+                         "unexpected argument '%s' (options are --key value)",
+                         a);
+        else if (eq)
+            s = add_pair(p, key, (int)(eq - key), eq + 1);
+        else if (i + 1 >= argc)
+            s = cl_error(CL_ERR_ARG, "--%s needs a value", key);
+        else
+            s = add_pair(p, key, (int)strlen(key), argv[++i]);
+        if (s != CL_OK) {
+            cl_cli_pairs_free(p);
+            return s;
         }
-        CL_TRY(cl_config_set(c, key, val));
     }
     return CL_OK;
+}
+
+cl_status cl_cli_overrides(int argc, char **argv, const char *const *own,
+                           cl_config *c)
+{
+    cl_cli_pairs p;
+    cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);
+    for (int i = 0; s == CL_OK && i < p.n; i++)
+        s = cl_config_set_pair(c, p.kv[i], "command line");
+    cl_cli_pairs_free(&p);
+    return s;
 }
 
 const char *cl_cli_option(int argc, char **argv, const char *name)

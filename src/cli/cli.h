@@ -24,6 +24,15 @@ cl_status cl_cli_config(int argc, char **argv, const char *const *own,
 /* Only the `--key value` overrides, onto *c as it is (no check). */
 cl_status cl_cli_overrides(int argc, char **argv, const char *const *own,
                            cl_config *c);
+/* The `--key value` (or --key=value) overrides as "key=value" strings, in
+ * order, for the C API's override lists; own as for cl_cli_config. */
+typedef struct cl_cli_pairs {
+    char **kv;
+    int n;
+} cl_cli_pairs;
+cl_status cl_cli_pairs_collect(int argc, char **argv, const char *const *own,
+                               cl_cli_pairs *p);
+void cl_cli_pairs_free(cl_cli_pairs *p);
 /* The value after option `name`, or NULL. */
 const char *cl_cli_option(int argc, char **argv, const char *name);
 

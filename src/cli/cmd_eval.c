@@ -1,12 +1,12 @@
 /* `classic eval`: accuracy of a checkpoint on a dataset split. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "classic/classic.h"
 
 #include "cli/cli.h"
 #include "core/error.h"
-#include "dist/dist.h"
-#include "train/evaluate.h"
-#include "train/model.h"
 
 static void usage(void)
 {
@@ -37,9 +37,7 @@ int cl_cmd_eval(int argc, char **argv)
     }
     const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
     const char *bs = cl_cli_option(argc, argv, "--batch");
-    const char *split = cl_cli_option(argc, argv, "--split");
     const char *csv = cl_cli_option(argc, argv, "--csv");
-    const char *backend = cl_cli_option(argc, argv, "--backend");
     if (!ckpt) {
         fprintf(stderr, "classic: eval: --checkpoint FILE is required\n");
         return 2;
@@ -49,58 +47,30 @@ int cl_cmd_eval(int argc, char **argv)
         fprintf(stderr, "classic: eval: --batch must be 1..65536\n");
         return 2;
     }
-    /* --split names the split as the recipe's val_split would ("test",
-     * "train", or an image folder's subdirectory). */
-    cl_dist d;
-    cl_model m;
-    cl_model_data md;
-    memset(&md, 0, sizeof md);
-    cl_metrics met;
-    memset(&met, 0, sizeof met);
-    cl_status s = cl_dist_init(&d, NULL, NULL);
+    cl_cli_pairs p;
+    cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);
     if (s != CL_OK)
         return cl_cli_fail("eval", s);
-    s = cl_model_open_as(&m, ckpt, cl_cli_option(argc, argv, "--arch"), batch,
-                         backend ? backend : "onednn", CL_PLAN_INFER, 0);
-    if (s != CL_OK) {
-        cl_dist_finalize(&d);
-        return cl_cli_fail("eval", s);
-    }
-    if ((s = cl_cli_overrides(argc, argv, own, &m.cfg)) != CL_OK)
-        goto fail;
-    if (split)
-        snprintf(m.cfg.val_split, sizeof m.cfg.val_split, "%s", split);
-    if ((s = cl_model_data_open(&m, batch, d.size, d.rank, &md)) != CL_OK ||
-        (s = cl_metrics_init(&met, m.num_classes)) != CL_OK ||
-        (s = cl_evaluate(m.be, md.ld, &met, &d, m.cfg.eval_hflip, NULL,
-                         NULL)) != CL_OK)
-        goto fail;
-    if (d.rank == 0) {
-        printf("%s on %s split '%s' (%lld samples%s)\n", ckpt,
-               cl_dataset_format(md.ds), m.cfg.val_split,
-               (long long)cl_metrics_count(&met),
-               m.cfg.eval_hflip ? ", averaged with their mirrors" : "");
-        if ((s = cl_metrics_print(&met, stdout,
-                                  (const char *const *)m.class_names)) != CL_OK)
-            goto fail;
-        if (csv &&
-            (s = cl_metrics_write_csv(
-                 &met, csv, (const char *const *)m.class_names)) != CL_OK)
-            goto fail;
-        if (csv)
+    /* --split names the split as the recipe's val_split would ("test",
+     * "train", or an image folder's subdirectory). */
+    cl_eval_opts o = {.arch = cl_cli_option(argc, argv, "--arch"),
+                      .backend = cl_cli_option(argc, argv, "--backend"),
+                      .batch = batch,
+                      .split = cl_cli_option(argc, argv, "--split"),
+                      .overrides = (const char *const *)p.kv,
+                      .n_overrides = p.n,
+                      .distributed = 1};
+    cl_evaluation *e = NULL;
+    cl_eval_summary sum;
+    if ((s = cl_evaluation_run(&e, ckpt, &o)) == CL_OK &&
+        (s = cl_evaluation_summary(e, &sum)) == CL_OK && sum.rank == 0) {
+        if ((s = cl_evaluation_print(e, stdout)) == CL_OK && csv &&
+            (s = cl_evaluation_write_csv(e, csv)) == CL_OK)
             printf("confusion matrix written to %s\n", csv);
     }
-fail:
-    cl_metrics_free(&met);
-    cl_model_data_close(&md);
-    cl_model_close(&m);
-    if (s != CL_OK) {
-        int rc = cl_cli_fail("eval", s);
-        if (d.size > 1)
-            cl_dist_abort(&d, 1);
-        cl_dist_finalize(&d);
-        return rc;
-    }
-    cl_dist_finalize(&d);
-    return 0;
+    cl_cli_pairs_free(&p);
+    cl_evaluation_free(e);
+    /* A failed process under mpirun ends without MPI_Finalize, and the
+     * launcher ends the job: no rank waits on it in a collective. */
+    return s == CL_OK ? 0 : cl_cli_fail("eval", s);
 }

@@ -808,6 +808,20 @@ void cl_config_defaults(cl_config *c)
     }
 }
 
+cl_status cl_config_set_pair(cl_config *c, const char *kv, const char *who)
+{
+    if (!kv)
+        return cl_error(CL_ERR_ARG, "%s: an override is NULL", who);
+    const char *eq = strchr(kv, '=');
+    char name[128];
+    if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof name)
+        return cl_error(CL_ERR_ARG, "%s: override '%s': expected key=value",
+                        who, kv);
+    memcpy(name, kv, (size_t)(eq - kv));
+    name[eq - kv] = '\0';
+    return cl_config_set(c, name, eq + 1);
+}
+
 cl_status cl_config_set(cl_config *c, const char *name, const char *value)
 {
     char norm[96];

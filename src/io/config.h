@@ -197,6 +197,9 @@ cl_status cl_config_merge_yaml_text(cl_config *c, const char *text, size_t len,
  * true/false/yes/no/on/off/1/0.  Same checks as the YAML path ("command
  * line: key 'batch_size' expects ..."), without the cross-key check. */
 cl_status cl_config_set(cl_config *c, const char *key, const char *value);
+/* One "key=value" override (the form the C API and Python take); who names
+ * the caller in the error when the '=' or the key is missing. */
+cl_status cl_config_set_pair(cl_config *c, const char *kv, const char *who);
 
 /* Cross-key consistency (mean/std length vs in_channels, milestones for
  * multi_step, scale/ratio order, min_lr <= lr, data_dir for imagefolder...).

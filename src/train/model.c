@@ -193,6 +193,11 @@ void cl_model_close(cl_model *m)
 cl_status cl_model_transforms(const cl_model *m, int src_h, int src_w,
                               cl_transform_opts *out)
 {
+    /* A recipe of image folders evaluates an image as the folder loader
+     * does (shorter side resized, centre cropped) whatever its size: the
+     * same pixels whether the image comes alone or in its folder. */
+    if (m->cfg.dataset == CL_CFG_DATASET_IMAGEFOLDER)
+        src_h = src_w = 0;
     return cl_recipe_transforms(&m->cfg, src_h, src_w, m->in_c, m->side, 0,
                                 out);
 }
