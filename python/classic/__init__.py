@@ -7,6 +7,8 @@
     feats = m.embed("cat.jpg")            # (embed_dim,) float32
     summary = classic.train("recipe.yaml", epoch_size=2,
                             on_progress=lambda p: print(p["loss"]))
+    r = classic.evaluate("ckpt/resnet18-last.safetensors", split="val")
+    print(r["top1"], r["confusion"])      # (K, K) int64 array
 
 The library is found through $CLASSIC_LIB (a path to libclassic.so), then
 next to this package, in a build/ folder of the source tree, under the
@@ -20,7 +22,7 @@ import os
 
 import numpy as np
 
-__all__ = ["ClassicError", "Model", "train", "version"]
+__all__ = ["ClassicError", "Model", "evaluate", "train", "version"]
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 
@@ -57,6 +59,22 @@ class _Summary(ctypes.Structure):
                 ("img_per_s", ctypes.c_double), ("stopped", ctypes.c_int),
                 ("last_checkpoint", ctypes.c_char * 640),
                 ("best_checkpoint", ctypes.c_char * 640)]
+
+
+class _EvalOpts(ctypes.Structure):
+    _fields_ = [("arch", ctypes.c_char_p), ("backend", ctypes.c_char_p),
+                ("batch", ctypes.c_int), ("split", ctypes.c_char_p),
+                ("overrides", ctypes.POINTER(ctypes.c_char_p)),
+                ("n_overrides", ctypes.c_int), ("keep_features", ctypes.c_int),
+                ("distributed", ctypes.c_int)]
+
+
+class _EvalSummary(ctypes.Structure):
+    _fields_ = [("samples", ctypes.c_longlong), ("top1", ctypes.c_double),
+                ("top5", ctypes.c_double), ("loss", ctypes.c_double),
+                ("mean_class_acc", ctypes.c_double),
+                ("num_classes", ctypes.c_int), ("rank", ctypes.c_int),
+                ("world_size", ctypes.c_int)]
 
 
 _PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
@@ -136,6 +154,23 @@ _top_k = _fn("cl_classifier_top_k", ctypes.c_int, ctypes.c_void_p, _c_float_p,
 _train = _fn("cl_train", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
              ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, _PROGRESS_FN,
              ctypes.c_void_p, ctypes.POINTER(_Summary))
+_eval_run = _fn("cl_evaluation_run", ctypes.c_int,
+                ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                ctypes.POINTER(_EvalOpts))
+_eval_free = _fn("cl_evaluation_free", None, ctypes.c_void_p)
+_eval_summary = _fn("cl_evaluation_summary", ctypes.c_int, ctypes.c_void_p,
+                    ctypes.POINTER(_EvalSummary))
+_eval_confusion = _fn("cl_evaluation_confusion", ctypes.c_longlong,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+_eval_class_name = _fn("cl_evaluation_class_name", ctypes.c_char_p,
+                       ctypes.c_void_p, ctypes.c_int)
+_eval_features = _fn("cl_evaluation_features", _c_float_p, ctypes.c_void_p,
+                     ctypes.POINTER(ctypes.c_longlong),
+                     ctypes.POINTER(ctypes.c_int))
+_eval_labels = _fn("cl_evaluation_labels", ctypes.POINTER(ctypes.c_longlong),
+                   ctypes.c_void_p)
+_eval_save = _fn("cl_evaluation_save_features", ctypes.c_int,
+                 ctypes.c_void_p, ctypes.c_char_p)
 
 
 def _check(status):
@@ -319,6 +354,49 @@ def train(config=None, on_progress=None, **overrides):
         if math.isnan(out[k]):
             out[k] = None
     return out
+
+
+def evaluate(path, split=None, batch=100, arch=None, backend=None,
+             features=False, gallery=None, **overrides):
+    """Evaluates a checkpoint on a dataset split as `classic eval` does.
+
+    split names the split ("test", "val"; None: the recipe's val_split);
+    overrides are recipe keys (data_dir="...", limit_val=500).  Returns a
+    dict: samples, top1, top5, loss, mean_class_acc (fractions), classes
+    (names) and confusion ((K, K) int64, row = true class).  features=True
+    adds "features" ((N, D) float32, the split's order) and "labels" (N);
+    gallery="g.safetensors" also saves them as `classic retrieve`'s gallery.
+    """
+    kv = [("%s=%s" % (k, _yaml_value(v))).encode()
+          for k, v in overrides.items()]
+    arr = (ctypes.c_char_p * max(len(kv), 1))(*kv)
+    keep = bool(features or gallery)
+    o = _EvalOpts(_enc(arch), _enc(backend), batch, _enc(split), arr,
+                  len(kv), 1 if keep else 0, 0)
+    h = ctypes.c_void_p()
+    _check(_eval_run(ctypes.byref(h), _enc(path), ctypes.byref(o)))
+    try:
+        s = _EvalSummary()
+        _check(_eval_summary(h, ctypes.byref(s)))
+        k = s.num_classes
+        out = {f: getattr(s, f) for f in ("samples", "top1", "top5", "loss",
+                                          "mean_class_acc")}
+        out["classes"] = [_eval_class_name(h, i).decode() for i in range(k)]
+        out["confusion"] = np.array(
+            [[_eval_confusion(h, t, p) for p in range(k)] for t in range(k)],
+            dtype=np.int64)
+        if keep:
+            n, dim = ctypes.c_longlong(), ctypes.c_int()
+            f = _eval_features(h, ctypes.byref(n), ctypes.byref(dim))
+            out["features"] = np.ctypeslib.as_array(
+                f, shape=(n.value, dim.value)).copy()
+            out["labels"] = np.ctypeslib.as_array(
+                _eval_labels(h), shape=(n.value,)).astype(np.int64)
+            if gallery is not None:
+                _check(_eval_save(h, _enc(gallery)))
+        return out
+    finally:
+        _eval_free(h)
 
 
 def _yaml_value(v):

@@ -1,6 +1,6 @@
 """Tests of the Python module: train a tiny model with a callback, stop a
-run, classify paths and arrays (equal to `classic predict`), embeddings and
-errors.  Runs under pytest or as a plain script (`python3 test_classic.py`).
+run, classify paths and arrays (equal to `classic predict`), embeddings,
+evaluation of a split (equal to `classic eval`) and errors.  Runs under pytest or as a plain script (`python3 test_classic.py`).
 CLASSIC_LIB points at libclassic.so; CLASSIC_BIN at the classic binary for
 the comparison with the CLI (skipped without it)."""
 import json
@@ -158,6 +158,34 @@ def test_embed():
         assert np.array_equal(e, m.embed(img))
         assert m.embed([img, img]).shape == (2, 512)
         assert np.isfinite(e).all()
+
+
+def test_evaluate_a_split():
+    ck = _trained()["last_checkpoint"]
+    gallery = os.path.join(_TMP, "gallery.safetensors")
+    r = classic.evaluate(ck, batch=3, features=True, gallery=gallery)
+    assert r["samples"] == 4 and r["classes"] == ["dark", "light"]
+    assert r["confusion"].shape == (2, 2) and r["confusion"].sum() == 4
+    assert abs(r["top1"] - np.trace(r["confusion"]) / 4) < 1e-12
+    assert r["features"].shape == (4, 512) and list(r["labels"]) == [0, 0, 1, 1]
+    assert os.path.getsize(gallery) > 4 * 512 * 4
+    # The split's first image, alone, gives the same features.
+    with classic.Model(ck) as m:
+        first = os.path.join(_folder(), "val", "dark", "0.png")
+        assert np.abs(m.embed(first) - r["features"][0]).max() < 1e-4
+    # The CLI prints the same counts.
+    exe = os.environ.get("CLASSIC_BIN")
+    if exe:
+        out = subprocess.run([exe, "eval", "--checkpoint", ck],
+                             check=True, capture_output=True, text=True)
+        assert "(4 samples)" in out.stdout
+        assert "%.2f%%" % (100 * r["top1"]) in out.stdout
+    try:
+        classic.evaluate(ck, split="nowhere")
+    except classic.ClassicError as e:
+        assert "nowhere" in str(e)
+    else:
+        raise AssertionError("a missing split evaluated")
 
 
 def test_errors_raise_with_the_sentence():
