@@ -321,6 +321,71 @@ CL_TEST(evaluate_a_split_and_keep_features)
     cl_evaluation_free(NULL);
 }
 
+/* A network by name: torchvision's parameter counts and multiply-adds,
+ * the layer table, a seeded initialisation, and backend "none" that
+ * describes without running. */
+CL_TEST(create_by_arch_name)
+{
+    const char *r50[] = {"model=resnet50", "num_classes=1000",
+                         "image_size=224"};
+    cl_classifier *c = NULL;
+    REQUIRE_OK(cl_classifier_create(&c, NULL, r50, 3, "none"));
+    CHECK(cl_classifier_num_params(c) == 25557032);
+    CHECK(cl_classifier_macs(c) > 4080000000LL &&
+          cl_classifier_macs(c) < 4110000000LL);
+    CHECK(cl_classifier_num_classes(c) == 1000);
+    CHECK(strcmp(cl_classifier_class_name(c, 0), "tench") == 0);
+    CHECK(cl_classifier_embed_dim(c) == 2048);
+    FILE *tmp = tmpfile();
+    REQUIRE(tmp);
+    CHECK_OK(cl_classifier_print(c, tmp));
+    long len = ftell(tmp);
+    fclose(tmp);
+    CHECK(len > 5000);
+    float probs[1000];
+    uint8_t px[8 * 8 * 3] = {0};
+    CHECK_ERR(cl_classifier_classify(c, px, CL_PIXEL_U8, 8, 8, 3, probs),
+              CL_ERR_ARG, "backend \"none\"");
+    cl_classifier_free(c);
+
+    /* Runnable, from YAML text plus overrides; the same seed gives the
+     * same network, another seed another. */
+    const char *yaml = "model: resnet18\nstem: cifar\nin_channels: 1\n"
+                       "image_size: 28\nnum_classes: 10\n";
+    const char *s1[] = {"seed=3"}, *s2[] = {"seed=4"};
+    cl_classifier *a = NULL, *b = NULL, *d = NULL;
+    REQUIRE_OK(cl_classifier_create(&a, yaml, s1, 1, "ref"));
+    REQUIRE_OK(cl_classifier_create(&b, yaml, s1, 1, "ref"));
+    REQUIRE_OK(cl_classifier_create(&d, yaml, s2, 1, "ref"));
+    CHECK(cl_classifier_num_params(a) == 11172810);
+    int ch = 0, side = 0;
+    CHECK_OK(cl_classifier_input(a, &ch, &side));
+    CHECK(ch == 1 && side == 28);
+    CHECK(strcmp(cl_classifier_class_name(a, 3), "class 3") == 0);
+    uint8_t g[28 * 28];
+    picture(g, 28, 28, 1);
+    float pa[10], pb[10], pd[10];
+    CHECK_OK(cl_classifier_classify(a, g, CL_PIXEL_U8, 28, 28, 1, pa));
+    CHECK_OK(cl_classifier_classify(b, g, CL_PIXEL_U8, 28, 28, 1, pb));
+    CHECK_OK(cl_classifier_classify(d, g, CL_PIXEL_U8, 28, 28, 1, pd));
+    CHECK(memcmp(pa, pb, sizeof pa) == 0);
+    CHECK(memcmp(pa, pd, sizeof pa) != 0);
+    cl_classifier_free(a);
+    cl_classifier_free(b);
+    cl_classifier_free(d);
+
+    const char *bad[] = {"model=resnet51"};
+    CHECK_ERR(cl_classifier_create(&c, NULL, bad, 1, "none"), CL_ERR_CONFIG,
+              "resnet51");
+    CHECK(c == NULL);
+    CHECK_ERR(cl_classifier_create(&c, NULL, NULL, 2, "none"), CL_ERR_ARG,
+              "the list is NULL");
+    CHECK_ERR(cl_classifier_create(NULL, NULL, NULL, 0, "none"), CL_ERR_ARG,
+              "out is NULL");
+    CHECK_ERR(cl_classifier_print(NULL, stdout), CL_ERR_ARG, "is NULL");
+    CHECK(cl_classifier_num_params(NULL) == 0 && cl_classifier_macs(NULL) == 0);
+}
+
 CL_TEST(failures_are_one_sentence)
 {
     cl_classifier *c = NULL;

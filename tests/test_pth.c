@@ -743,7 +743,7 @@ CL_TEST(cli_everywhere)
     CHECK(strstr(cl_test_out, "parameters: 11178051") != NULL);
     snprintf(args, sizeof args, "info --checkpoint %s/plain.safetensors", dir);
     CHECK(cl_test_classic(args) == 0);
-    CHECK(strstr(cl_test_out, "arch inferred") != NULL);
+    CHECK(strstr(cl_test_out, "the arch is inferred") != NULL);
     CHECK(strstr(cl_test_out, "1000 classes") != NULL);
     snprintf(args, sizeof args, "info --checkpoint %s/f.safetensors", dir);
     CHECK(cl_test_classic(args) == 0);

@@ -61,10 +61,21 @@ typedef struct cl_prediction {
 /* Opens a checkpoint for inference into *out: a classic checkpoint, a plain
  * safetensors file with torchvision's names or a PyTorch .pth; arch
  * ("resnet50", may be NULL) is checked against the file or picks the ResNet of
- * weights without metadata; backend is "onednn" (NULL) or "ref" (the plain
- * reference kernels).  Thread-safe. */
+ * weights without metadata; backend is "onednn" (NULL), "ref" (the plain
+ * reference kernels) or "none" (the network is described, not run: the
+ * classify and embed calls refuse).  Thread-safe. */
 CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
                                     const char *arch, const char *backend);
+/* Builds the ResNet a recipe describes instead of opening a file: the YAML
+ * text config_text (may be NULL) then n_overrides "key=value" strings over
+ * classic's defaults (model, stem, in_channels, num_classes -- 1000 when
+ * 0 --, image_size, seed; docs/config.md), with the weights a training run
+ * starts from and the recipe's eval preprocessing.  backend as
+ * cl_classifier_load.  Thread-safe. */
+CL_API cl_status cl_classifier_create(cl_classifier **out,
+                                      const char *config_text,
+                                      const char *const *overrides,
+                                      int n_overrides, const char *backend);
 /* Frees a classifier and everything it owns; NULL is a no-op.  Not to be
  * called while another thread uses c. */
 CL_API void cl_classifier_free(cl_classifier *c);
@@ -78,6 +89,16 @@ CL_API const char *cl_classifier_class_name(const cl_classifier *c, int k);
 /* The length of an embedding (512 for resnet18, 2048 for resnet50), 0 for
  * NULL.  Thread-safe. */
 CL_API int cl_classifier_embed_dim(const cl_classifier *c);
+/* Learnable parameters (what PyTorch's numel() sum counts), 0 for NULL.
+ * Thread-safe. */
+CL_API long long cl_classifier_num_params(const cl_classifier *c);
+/* Forward multiply-adds per image (convolutions and the classifier), 0
+ * for NULL.  Thread-safe. */
+CL_API long long cl_classifier_macs(const cl_classifier *c);
+/* Writes the network as `classic info` shows it: arch, stem, input, the
+ * layer table (name, op, output shape, parameters), the parameter count and
+ * the forward FLOPs per image.  Thread-safe. */
+CL_API cl_status cl_classifier_print(const cl_classifier *c, FILE *f);
 /* The network's input: channels and side in pixels, after preprocessing.
  * Thread-safe. */
 CL_API cl_status cl_classifier_input(const cl_classifier *c, int *channels,

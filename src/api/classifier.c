@@ -8,6 +8,7 @@
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
+#include "io/config.h"
 #include "train/model.h"
 
 struct cl_classifier {
@@ -20,23 +21,18 @@ struct cl_classifier {
     int tf_h, tf_w; /* the source size tf was made for */
 };
 
-cl_status cl_classifier_load(cl_classifier **out, const char *path,
-                             const char *arch, const char *backend)
+/* "none": the graph only; NULL: oneDNN. */
+static const char *backend_of(const char *backend)
 {
-    if (!out)
-        return cl_error(CL_ERR_ARG, "cl_classifier_load: out is NULL");
-    *out = NULL;
-    if (!path)
-        return cl_error(CL_ERR_ARG, "cl_classifier_load: path is NULL");
-    cl_classifier *c = calloc(1, sizeof *c);
-    if (!c)
-        return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
-    cl_status s = cl_model_open_as(
-        &c->m, path, arch, 1, backend ? backend : "onednn", CL_PLAN_INFER, 0);
-    if (s != CL_OK) {
-        free(c);
-        return s;
-    }
+    if (!backend)
+        return "onednn";
+    return strcmp(backend, "none") == 0 ? NULL : backend;
+}
+
+/* The buffers of a classifier whose model c->m is open; frees c on
+ * failure. */
+static cl_status finish(cl_classifier *c, cl_classifier **out)
+{
     cl_model *m = &c->m;
     if (m->g.features >= 0)
         c->dim = (int)m->g.tensors[m->g.features].shape.d[1];
@@ -49,6 +45,87 @@ cl_status cl_classifier_load(cl_classifier **out, const char *path,
         return CL_ERR_NOMEM;
     }
     *out = c;
+    return CL_OK;
+}
+
+cl_status cl_classifier_load(cl_classifier **out, const char *path,
+                             const char *arch, const char *backend)
+{
+    if (!out)
+        return cl_error(CL_ERR_ARG, "cl_classifier_load: out is NULL");
+    *out = NULL;
+    if (!path)
+        return cl_error(CL_ERR_ARG, "cl_classifier_load: path is NULL");
+    cl_classifier *c = calloc(1, sizeof *c);
+    if (!c)
+        return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
+    cl_status s = cl_model_open_as(&c->m, path, arch, 1, backend_of(backend),
+                                   CL_PLAN_INFER, 0);
+    if (s != CL_OK) {
+        free(c);
+        return s;
+    }
+    return finish(c, out);
+}
+
+cl_status cl_classifier_create(cl_classifier **out, const char *config_text,
+                               const char *const *overrides, int n_overrides,
+                               const char *backend)
+{
+    const char *fn = "cl_classifier_create";
+    if (!out)
+        return cl_error(CL_ERR_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (n_overrides < 0 || (n_overrides > 0 && !overrides))
+        return cl_error(CL_ERR_ARG, "%s: %d overrides given but the list is %s",
+                        fn, n_overrides, overrides ? "there" : "NULL");
+    cl_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cl_config_defaults(&cfg);
+    if (config_text)
+        CL_TRY(cl_config_merge_yaml_text(&cfg, config_text, strlen(config_text),
+                                         "config text"));
+    for (int i = 0; i < n_overrides; i++)
+        CL_TRY(cl_config_set_pair(&cfg, overrides[i], fn));
+    CL_TRY(cl_config_check(&cfg));
+    cl_classifier *c = calloc(1, sizeof *c);
+    if (!c)
+        return cl_error(CL_ERR_NOMEM, "%s: out of memory", fn);
+    cl_status s =
+        cl_model_create(&c->m, &cfg, 1, backend_of(backend), CL_PLAN_INFER, 0);
+    if (s != CL_OK) {
+        free(c);
+        return s;
+    }
+    return finish(c, out);
+}
+
+long long cl_classifier_num_params(const cl_classifier *c)
+{
+    return c ? (long long)c->m.g.n_param_elems : 0;
+}
+
+long long cl_classifier_macs(const cl_classifier *c)
+{
+    return c ? (long long)cl_graph_macs(&c->m.g) : 0;
+}
+
+cl_status cl_classifier_print(const cl_classifier *c, FILE *f)
+{
+    if (!c || !f)
+        return cl_error(CL_ERR_ARG,
+                        "cl_classifier_print: classifier or file is NULL");
+    const cl_model *m = &c->m;
+    fprintf(f,
+            "resnet%d, %s stem, %d input channel(s), %d classes, %dx%d "
+            "input\n",
+            m->arch.depth, cl_resnet_stem_name(m->arch.stem), m->in_c,
+            m->num_classes, m->side, m->side);
+    cl_graph_print_layers(&m->g, f);
+    long long macs = cl_classifier_macs(c);
+    fprintf(f, "parameters: %lld\n", cl_classifier_num_params(c));
+    fprintf(f, "forward: %.3f GFLOPs per image (%.3f G multiply-adds)\n",
+            2e-9 * (double)macs, 1e-9 * (double)macs);
     return CL_OK;
 }
 
@@ -120,6 +197,10 @@ static cl_status run(cl_classifier *c, float *probs, float *feat)
         c->tf_h = c->img.h;
         c->tf_w = c->img.w;
     }
+    if (!m->be)
+        return cl_error(CL_ERR_ARG, "the model was opened with backend "
+                                    "\"none\": it describes the network but "
+                                    "does not run it");
     if (feat && c->dim == 0)
         return cl_error(CL_ERR_UNSUPPORTED,
                         "this model has no feature layer to embed with");

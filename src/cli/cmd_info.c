@@ -1,17 +1,15 @@
 /* `classic info`: a model's layer table, parameters and FLOPs, and a
  * checkpoint's metadata. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "classic/classic.h"
 
 #include "cli/cli.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "interop/interop.h"
 #include "io/safetensors.h"
-#include "models/resnet.h"
-#include "train/model.h"
-#include "train/trainer.h"
 
 static void usage(void)
 {
@@ -50,22 +48,9 @@ static int print_meta(const char *path)
     return 0;
 }
 
-/* The layer table, parameter count and FLOPs of the graph g. */
-static void print_graph(const cl_graph *g, const cl_resnet_config *rc, int side)
-{
-    printf("resnet%d, %s stem, %d input channel(s), %d classes, %dx%d "
-           "input\n",
-           rc->depth, cl_resnet_stem_name(rc->stem), rc->in_channels,
-           rc->num_classes, side, side);
-    cl_graph_print_layers(g, stdout);
-    printf("parameters: %lld\n", (long long)g->n_param_elems);
-    printf("forward: %.3f GFLOPs per image (%.3f G multiply-adds)\n",
-           2e-9 * (double)cl_graph_macs(g), 1e-9 * (double)cl_graph_macs(g));
-}
-
 /* A checkpoint of any kind classic reads: a safetensors file's metadata,
- * then the model the common opener builds from it (for weights without
- * classic's metadata, the arch inferred from the tensors). */
+ * then the network the API opens from it (for weights without classic's
+ * metadata, the arch inferred from the tensors). */
 static int info_checkpoint(int argc, char **argv, const char *ckpt,
                            const char *arch)
 {
@@ -73,6 +58,11 @@ static int info_checkpoint(int argc, char **argv, const char *ckpt,
     cl_status s = cl_weights_sniff(ckpt, &fmt);
     if (s != CL_OK)
         return cl_cli_fail("info", s);
+    char v[64] = "";
+    if (fmt == CL_WF_SAFETENSORS &&
+        cl_ckpt_read_meta(ckpt, CL_META_ARCH, v, sizeof v) != CL_OK)
+        v[0] = '\0';
+    int classic = v[0] != '\0';
     if (fmt == CL_WF_SAFETENSORS) {
         if (print_meta(ckpt) != 0)
             return 1;
@@ -84,8 +74,8 @@ static int info_checkpoint(int argc, char **argv, const char *ckpt,
                     printf("%s", buf);
             }
     }
-    cl_model m;
-    s = cl_model_open_as(&m, ckpt, arch, 1, NULL, CL_PLAN_INFER, 1);
+    cl_classifier *c = NULL;
+    s = cl_classifier_load(&c, ckpt, arch, "none");
     if (s != CL_OK) {
         /* A safetensors file that holds no model (embed's features, an
          * optimizer state) still had its metadata to show. */
@@ -95,13 +85,13 @@ static int info_checkpoint(int argc, char **argv, const char *ckpt,
         }
         return cl_cli_fail("info", s);
     }
-    if (m.foreign)
-        printf("%s: weights without classic's metadata; arch inferred from "
-               "the tensor names and shapes\n",
+    if (!classic)
+        printf("%s: no classic metadata; the arch is inferred from the "
+               "tensor names and shapes\n",
                ckpt);
-    print_graph(&m.g, &m.arch, m.side);
-    cl_model_close(&m);
-    return 0;
+    s = cl_classifier_print(c, stdout);
+    cl_classifier_free(c);
+    return s == CL_OK ? 0 : cl_cli_fail("info", s);
 }
 
 int cl_cmd_info(int argc, char **argv)
@@ -112,37 +102,34 @@ int cl_cmd_info(int argc, char **argv)
     }
     const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
     const char *arch = cl_cli_option(argc, argv, "--arch");
-    const char *nc = cl_cli_option(argc, argv, "--num_classes");
-    const char *is = cl_cli_option(argc, argv, "--image_size");
-    const char *st = cl_cli_option(argc, argv, "--stem");
-    const char *ic = cl_cli_option(argc, argv, "--in_channels");
-    cl_resnet_config rc = cl_resnet_config_default();
-    int side = 224;
-    cl_status s;
     if (ckpt)
         return info_checkpoint(argc, argv, ckpt, arch);
     if (!arch) {
         usage();
         return 2;
     }
-    if ((s = cl_resnet_arch_parse(arch, &rc.depth)) != CL_OK ||
-        (st && (s = cl_resnet_stem_parse(st, &rc.stem)) != CL_OK))
-        return cl_cli_fail("info", s);
-    if (nc)
-        rc.num_classes = atoi(nc);
-    if (ic)
-        rc.in_channels = atoi(ic);
-    if (is)
-        side = atoi(is);
-    cl_graph g;
-    if ((s = cl_resnet_check_config(&rc)) != CL_OK ||
-        (s = cl_graph_init(&g, 1)) != CL_OK)
-        return cl_cli_fail("info", s);
-    if ((s = cl_resnet_build(&g, &rc, side, side, 0, 0)) != CL_OK) {
-        cl_graph_free(&g);
-        return cl_cli_fail("info", s);
+    /* The network by name, with the defaults the usage shows. */
+    static const struct {
+        const char *opt, *key, *def;
+    } keys[] = {{"--num_classes", "num_classes", "1000"},
+                {"--image_size", "image_size", "224"},
+                {"--stem", "stem", "imagenet"},
+                {"--in_channels", "in_channels", "3"}};
+    enum { N_KEYS = sizeof keys / sizeof keys[0] };
+    char kv[N_KEYS + 1][160];
+    const char *ov[N_KEYS + 1];
+    snprintf(kv[0], sizeof kv[0], "model=%s", arch);
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *val = cl_cli_option(argc, argv, keys[i].opt);
+        snprintf(kv[i + 1], sizeof kv[i + 1], "%s=%s", keys[i].key,
+                 val ? val : keys[i].def);
     }
-    print_graph(&g, &rc, side);
-    cl_graph_free(&g);
-    return 0;
+    for (int i = 0; i <= N_KEYS; i++)
+        ov[i] = kv[i];
+    cl_classifier *c = NULL;
+    cl_status s = cl_classifier_create(&c, NULL, ov, N_KEYS + 1, "none");
+    if (s == CL_OK)
+        s = cl_classifier_print(c, stdout);
+    cl_classifier_free(c);
+    return s == CL_OK ? 0 : cl_cli_fail("info", s);
 }

@@ -1,4 +1,5 @@
-/* Opening a checkpoint for inference from its own metadata. */
+/* A model for inference: a checkpoint opened from its own metadata (or
+ * its tensors), or a recipe's network with its initial weights. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,24 @@ static cl_status from_metadata(cl_model *m, const cl_st_file *f,
     return class_names(m, f, ckpt);
 }
 
+/* Names for a model whose file has none: ImageNet's for a 1000-class
+ * head, "class k" otherwise. */
+static cl_status default_class_names(cl_model *m)
+{
+    m->class_names = calloc((size_t)m->num_classes, sizeof *m->class_names);
+    if (!m->class_names)
+        return cl_error(CL_ERR_NOMEM, "class names");
+    for (int k = 0; k < m->num_classes; k++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "class %d", k);
+        m->class_names[k] =
+            strdup(m->num_classes == 1000 ? cl_imagenet_classes[k] : buf);
+        if (!m->class_names[k])
+            return cl_error(CL_ERR_NOMEM, "class names");
+    }
+    return CL_OK;
+}
+
 /* Weights without classic's metadata (a .pth, a plain safetensors file):
  * the arch from the tensors, torchvision's ImageNet eval pipeline (224,
  * resize 256, centre crop, ImageNet mean/std) and, for a 1000-class head,
@@ -121,18 +140,17 @@ static cl_status from_tensors(cl_model *m, const cl_weights *w,
         snprintf(yaml + n, sizeof yaml - (size_t)n,
                  "mean: [0.485, 0.456, 0.406]\nstd: [0.229, 0.224, 0.225]\n");
     CL_TRY(cl_config_load_yaml_text(&m->cfg, yaml, strlen(yaml), ckpt));
-    m->class_names = calloc((size_t)m->num_classes, sizeof *m->class_names);
-    if (!m->class_names)
-        return cl_error(CL_ERR_NOMEM, "class names");
-    for (int k = 0; k < m->num_classes; k++) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "class %d", k);
-        m->class_names[k] =
-            strdup(m->num_classes == 1000 ? cl_imagenet_classes[k] : buf);
-        if (!m->class_names[k])
-            return cl_error(CL_ERR_NOMEM, "class names");
-    }
-    return CL_OK;
+    return default_class_names(m);
+}
+
+/* The backend for m's graph; none when backend is NULL. */
+static cl_status plan(cl_model *m, const char *backend, cl_plan_mode mode,
+                      int threads)
+{
+    if (!backend)
+        return CL_OK;
+    cl_backend_opts bo = {.threads = threads};
+    return cl_backend_create(&m->be, backend, &m->g, mode, &bo);
 }
 
 cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
@@ -164,14 +182,39 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
         (s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
         goto fail;
     cl_weights_close(&w);
-    if (!backend)
-        return CL_OK;
-    cl_backend_opts bo = {.threads = threads};
-    if ((s = cl_backend_create(&m->be, backend, &m->g, mode, &bo)) != CL_OK)
+    if ((s = plan(m, backend, mode, threads)) != CL_OK)
         goto fail;
     return CL_OK;
 fail:
     cl_weights_close(&w);
+    cl_model_close(m);
+    return s;
+}
+
+cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
+                          const char *backend, cl_plan_mode mode, int threads)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->in_c = cfg->in_channels;
+    m->num_classes = cfg->num_classes > 0 ? cfg->num_classes : 1000;
+    m->side = cfg->image_size;
+    m->cfg.num_classes = m->num_classes;
+    cl_status s;
+    if ((s = cl_recipe_model(cfg, m->in_c, m->num_classes, &m->arch)) !=
+            CL_OK ||
+        (s = cl_resnet_check_config(&m->arch)) != CL_OK ||
+        (s = default_class_names(m)) != CL_OK ||
+        (s = cl_graph_init(&m->g, batch)) != CL_OK)
+        goto fail;
+    m->graph_ready = 1;
+    if ((s = cl_resnet_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
+            CL_OK ||
+        (s = cl_resnet_init(&m->g, &m->arch, (uint64_t)cfg->seed)) != CL_OK ||
+        (s = plan(m, backend, mode, threads)) != CL_OK)
+        goto fail;
+    return CL_OK;
+fail:
     cl_model_close(m);
     return s;
 }

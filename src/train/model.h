@@ -36,6 +36,14 @@ cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
 cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
                            int batch, const char *backend, cl_plan_mode mode,
                            int threads);
+/* The network cfg describes (model, stem, in_channels, num_classes -- 1000
+ * when 0 --, image_size) with the weights training starts from (cfg->seed)
+ * and cfg's eval pipeline; class names are ImageNet's for 1000 classes,
+ * "class k" otherwise.  A model by arch name, for inspection and for
+ * pipelines to run before any training; backend as cl_model_open_as. */
+cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
+                          const char *backend, cl_plan_mode mode,
+                          int threads);
 void cl_model_close(cl_model *m);
 
 /* The eval transforms for src_h x src_w images (0 x 0: variable sizes). */
