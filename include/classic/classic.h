@@ -228,6 +228,7 @@ typedef struct cl_progress {
     int last_epoch;              /* EPOCH: non-zero for the run's last */
     int evaluated;               /* EPOCH: the val_* fields are filled */
     double val_top1, val_top5, val_loss; /* fractions in [0, 1]; loss */
+    int rank, world_size; /* this process among the run's (1 alone) */
 } cl_progress;
 
 /* Called in the training thread between steps; returning non-zero stops
@@ -247,6 +248,9 @@ typedef struct cl_train_summary {
     int stopped;               /* non-zero when the callback stopped the run */
     char last_checkpoint[640]; /* "" when none was written */
     char best_checkpoint[640];
+    int rank, world_size;   /* this process among the run's (1 alone) */
+    int stop_signal;        /* SIGINT / SIGTERM that stopped it, else 0 */
+    double data_wait_share; /* fraction of the loop spent waiting on data */
 } cl_train_summary;
 
 /* Trains a ResNet as a recipe says: the YAML file config_path and/or the
@@ -255,7 +259,12 @@ typedef struct cl_train_summary {
  * (docs/config.md lists the keys).  on_progress may be NULL; summary may
  * be NULL.  A run stopped by its callback returns CL_ERR_INTERRUPTED with
  * summary->stopped set.  While it runs, SIGINT and SIGTERM stop it as the
- * callback does.  One run per process at a time. */
+ * callback does.  Launched by mpirun (and the recipe's dist is auto or
+ * mpi), the processes train one model data-parallel: MPI is initialised
+ * here and finalised on return, except after a failure of a run of several
+ * processes, when MPI stays up so that the launcher ends the job as this
+ * process exits (the others may be waiting for it).  One run per process
+ * at a time; one distributed run per process. */
 CL_API cl_status cl_train(const char *config_path, const char *config_text,
                           const char *const *overrides, int n_overrides,
                           cl_progress_fn on_progress, void *ctx,

@@ -48,7 +48,8 @@ class _Progress(ctypes.Structure):
                 ("loss_avg", ctypes.c_double), ("lr", ctypes.c_double),
                 ("img_per_s", ctypes.c_double), ("last_epoch", ctypes.c_int),
                 ("evaluated", ctypes.c_int), ("val_top1", ctypes.c_double),
-                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double)]
+                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double),
+                ("rank", ctypes.c_int), ("world_size", ctypes.c_int)]
 
 
 class _Summary(ctypes.Structure):
@@ -58,7 +59,10 @@ class _Summary(ctypes.Structure):
                 ("best_top1", ctypes.c_double), ("seconds", ctypes.c_double),
                 ("img_per_s", ctypes.c_double), ("stopped", ctypes.c_int),
                 ("last_checkpoint", ctypes.c_char * 640),
-                ("best_checkpoint", ctypes.c_char * 640)]
+                ("best_checkpoint", ctypes.c_char * 640),
+                ("rank", ctypes.c_int), ("world_size", ctypes.c_int),
+                ("stop_signal", ctypes.c_int),
+                ("data_wait_share", ctypes.c_double)]
 
 
 class _EvalOpts(ctypes.Structure):

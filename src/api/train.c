@@ -1,6 +1,6 @@
 /* The public training API: a recipe from YAML and "key=value" overrides
- * run by cl_train_run, whose step and epoch events become the caller's
- * progress callback. */
+ * run by cl_train_run, alone or data-parallel under mpirun, whose step and
+ * epoch events become the caller's progress callback. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/dist.h"
 #include "io/config.h"
 #include "train/trainer.h"
 
@@ -18,6 +19,7 @@ typedef struct relay {
     long long last_step; /* the last event's: a stopped run reports it */
     int last_epoch;      /* epochs completed per the events */
     double last_loss;
+    int rank, world_size;
 } relay;
 
 static int on_event(void *ctx, const cl_train_event *e)
@@ -39,6 +41,8 @@ static int on_event(void *ctx, const cl_train_event *e)
     p.val_top1 = e->evaluated ? e->val_top1 : NAN;
     p.val_top5 = e->evaluated ? e->val_top5 : NAN;
     p.val_loss = e->evaluated ? e->val_loss : NAN;
+    p.rank = r->rank;
+    p.world_size = r->world_size;
     r->last_step = e->step;
     r->last_loss = e->loss_avg;
     if (e->kind == CL_TRAIN_EVENT_EPOCH)
@@ -77,14 +81,26 @@ cl_status cl_train(const char *config_path, const char *config_text,
     for (int i = 0; i < n_overrides; i++)
         CL_TRY(cl_config_set_pair(&cfg, overrides[i], "cl_train"));
     CL_TRY(cl_config_check(&cfg));
+    cl_dist d;
+    if (cfg.dist == CL_CFG_DIST_NONE)
+        cl_dist_single(&d);
+    else if (cfg.dist == CL_CFG_DIST_MPI && !cl_dist_launched())
+        return cl_error(CL_ERR_CONFIG,
+                        "dist is mpi but no MPI launcher started this "
+                        "process: run it under mpirun -np N, or set dist to "
+                        "auto or none");
+    else
+        CL_TRY(cl_dist_init(&d, NULL, NULL));
+    d.timeout_s = cfg.dist_timeout;
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;
-    relay r = {on_progress, ctx, 0, 0, 0, NAN};
+    lg.quiet = d.rank != 0;
+    relay r = {on_progress, ctx, 0, 0, 0, NAN, d.rank, d.size};
     cl_train_hooks hooks = {.ctx = &r, .on_event = on_event};
     cl_train_result res;
     memset(&res, 0, sizeof res);
     cl_status s =
-        cl_train_run(&cfg, NULL, &lg, on_progress ? &hooks : NULL, &res);
+        cl_train_run(&cfg, &d, &lg, on_progress ? &hooks : NULL, &res);
     if (summary) {
         summary->steps = res.steps;
         summary->epochs = res.epochs;
@@ -107,6 +123,15 @@ cl_status cl_train(const char *config_path, const char *config_text,
                  "%s", res.last_ckpt);
         snprintf(summary->best_checkpoint, sizeof summary->best_checkpoint,
                  "%s", res.best_ckpt);
+        summary->rank = d.rank;
+        summary->world_size = d.size;
+        summary->stop_signal = res.stop_signal;
+        summary->data_wait_share = res.data_wait_share;
     }
+    /* Every rank stops after the same step, so a stopped run finalises;
+     * after a failure the others may wait in a collective for this one,
+     * and finalising would wait for them. */
+    if (s == CL_OK || s == CL_ERR_INTERRUPTED || d.size == 1)
+        cl_dist_finalize(&d);
     return s;
 }

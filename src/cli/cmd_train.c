@@ -3,12 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "classic/classic.h"
+
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/dist.h"
 #include "report/report.h"
-#include "train/trainer.h"
 
 static void usage(void)
 {
@@ -37,15 +38,14 @@ static void write_report(const cl_config *cfg, const cl_logger *lg, int eval)
 typedef struct report_ctx {
     const cl_config *cfg;
     const cl_logger *lg;
-    int root;
 } report_ctx;
 
 /* The curves so far after each epoch but the last, for a person watching
  * a long run (the last gets the full report below). */
-static int on_event(void *vctx, const cl_train_event *e)
+static int on_progress(void *vctx, const cl_progress *p)
 {
     const report_ctx *c = vctx;
-    if (e->kind == CL_TRAIN_EVENT_EPOCH && !e->last_epoch && c->root)
+    if (p->kind == CL_PROGRESS_EPOCH && !p->last_epoch && p->rank == 0)
         write_report(c->cfg, c->lg, 0);
     return 0;
 }
@@ -56,62 +56,53 @@ int cl_cmd_train(int argc, char **argv)
         usage();
         return 0;
     }
+    /* The recipe read here too, for the report's run directory, and so
+     * that a bad key fails before MPI starts. */
     cl_config cfg;
     cl_status s = cl_cli_config(argc, argv, NULL, &cfg);
     if (s != CL_OK)
         return cl_cli_fail("train", s);
-    cl_dist d;
-    if (cfg.dist == CL_CFG_DIST_NONE)
-        cl_dist_single(&d);
-    else if (cfg.dist == CL_CFG_DIST_MPI && !cl_dist_launched())
-        return cl_cli_fail("train",
-                           cl_error(CL_ERR_CONFIG,
-                                    "dist is mpi but no MPI launcher started "
-                                    "this process: run it under mpirun -np "
-                                    "N, or set dist to auto or none"));
-    else if ((s = cl_dist_init(&d, NULL, NULL)) != CL_OK)
+    cl_cli_pairs p;
+    if ((s = cl_cli_pairs_collect(argc, argv, NULL, &p)) != CL_OK)
         return cl_cli_fail("train", s);
-    d.timeout_s = cfg.dist_timeout;
+    const char *recipe = cl_cli_option(argc, argv, "--config");
+    if (!recipe)
+        recipe = cl_cli_option(argc, argv, "-c");
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;
-    lg.quiet = d.rank != 0;
-    cl_train_result res;
-    report_ctx rc = {&cfg, &lg, d.rank == 0};
-    cl_train_hooks hooks = {.ctx = &rc, .on_event = on_event};
-    s = cl_train_run(&cfg, &d, &lg, &hooks, &res);
+    report_ctx rc = {&cfg, &lg};
+    cl_train_summary res;
+    s = cl_train(recipe, NULL, (const char *const *)p.kv, p.n, on_progress, &rc,
+                 &res);
+    cl_cli_pairs_free(&p);
     if (s != CL_OK) {
-        fprintf(stderr, "classic: train (rank %d): %s\n", d.rank,
+        fprintf(stderr, "classic: train (rank %d): %s\n", res.rank,
                 cl_last_error());
-        /* Every rank stopped after the same step: no abort needed; the
-         * status is the shell's for death by that signal (130 SIGINT). */
-        if (s == CL_ERR_INTERRUPTED) {
-            cl_dist_finalize(&d);
+        /* Every rank stopped after the same step: the status is the
+         * shell's for death by that signal (130 SIGINT). */
+        if (s == CL_ERR_INTERRUPTED)
             return 128 + res.stop_signal;
-        }
         /* A failing rank must not leave the others waiting in a
          * collective: end the whole job. */
-        if (d.size > 1)
-            cl_dist_abort(&d, 1);
-        cl_dist_finalize(&d);
+        cl_dist_abort_job(1);
         return 1;
     }
-    if (d.rank == 0) {
+    if (res.rank == 0) {
         /* With a validation split the report also evaluates the final
          * checkpoint (confusion matrix, misclassified images). */
         write_report(&cfg, &lg, !isnan(res.val_top1));
         printf("trained %lld steps in %.1f s (%.1f img/s per process, "
                "data wait %.1f%%)\n",
-               (long long)res.steps, res.seconds, res.img_per_s,
+               res.steps, res.seconds, res.img_per_s,
                100 * res.data_wait_share);
         if (!isnan(res.val_top1))
             printf("validation: top-1 %.2f%%  top-5 %.2f%%  loss %.4f "
                    "(best top-1 %.2f%%)\n",
                    100 * res.val_top1, 100 * res.val_top5, res.val_loss,
                    100 * res.best_top1);
-        printf("checkpoint: %s\n", res.last_ckpt);
-        if (res.best_ckpt[0])
-            printf("best:       %s\n", res.best_ckpt);
+        printf("checkpoint: %s\n", res.last_checkpoint);
+        if (res.best_checkpoint[0])
+            printf("best:       %s\n", res.best_checkpoint);
     }
-    cl_dist_finalize(&d);
     return 0;
 }

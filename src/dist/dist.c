@@ -172,6 +172,15 @@ void cl_dist_abort(const cl_dist *d, int code)
         MPI_Abort(d->comm != MPI_COMM_NULL ? d->comm : MPI_COMM_WORLD, code);
 }
 
+void cl_dist_abort_job(int code)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized)
+        MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 /* A broadcast (op == MPI_OP_NULL) or in-place sum of n elements of type t,
  * in chunks of at most d->max_count elements, CL_DIST_BATCH in flight. */
 static cl_status chunked(cl_dist *d, void *buf, size_t n, MPI_Datatype t,
@@ -282,6 +291,11 @@ void cl_dist_finalize(cl_dist *d)
 void cl_dist_abort(const cl_dist *d, int code)
 {
     (void)d;
+    (void)code;
+}
+
+void cl_dist_abort_job(int code)
+{
     (void)code;
 }
 

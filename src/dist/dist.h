@@ -59,6 +59,10 @@ void cl_dist_finalize(cl_dist *d);
  * exit code `code` (MPI_Abort).  Returns only without MPI, and then the
  * caller exits itself. */
 void cl_dist_abort(const cl_dist *d, int code);
+/* For the CLI only: as cl_dist_abort for a job whose MPI the library set
+ * up and left running after a failure (cl_train, cl_evaluation_run);
+ * returns when MPI is not running. */
+void cl_dist_abort_job(int code);
 
 /* d may be NULL: rank 0 of 1. */
 int cl_dist_rank(const cl_dist *d);
