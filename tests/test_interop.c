@@ -736,6 +736,24 @@ CL_TEST(mindspore_mindcv_resnet18)
     CHECK(memcmp(got, want, sizeof got) == 0);
     cl_model_close(&m);
 
+    /* The .ckpt opens as a model by itself: the arch inferred from the
+     * mapped names, every weight as written; `classic info` shows it. */
+    REQUIRE_OK(cl_model_open_as(&m, ck, NULL, 1, NULL, CL_PLAN_INFER, 0));
+    CHECK(m.arch.depth == 18 && m.num_classes == 3 && m.foreign);
+    CHECK(m.g.n_param_floats == g1.n_param_floats &&
+          memcmp(m.g.params, g1.params, g1.n_param_floats * 4) == 0);
+    cl_model_close(&m);
+    CHECK_ERR(cl_model_open_as(&m, ck, "resnet34", 1, NULL, CL_PLAN_INFER, 0),
+              CL_ERR_SHAPE, "blocks are those of resnet18");
+    snprintf(cmd, sizeof cmd, "%s info --checkpoint %s > %s 2>&1",
+             getenv("CLASSIC_BIN"), ck, cl_test_path("info.txt"));
+    CHECK(cl_test_run(cmd) == 0);
+    size_t n_info = 0;
+    char *info = cl_test_read_file(cl_test_path("info.txt"), &n_info);
+    CHECK(info && strstr(info, "resnet18, imagenet stem, 3 input channel(s), "
+                               "3 classes") != NULL);
+    free(info);
+
     /* --pretrained dispatch: both kinds into a fresh graph. */
     char note[1024];
     cl_graph g3;

@@ -63,6 +63,15 @@ void cl_ms_ckpt_close(cl_ms_ckpt *c);
  * ignore (moments.*, learning_rate, global_step, ...). */
 int cl_ms_map_name(const char *ms, char *out, size_t n);
 
+/* A MindSpore checkpoint as named tensors under their torchvision names,
+ * optimizer and bookkeeping entries left out (names that map to nothing
+ * are kept as they are, for a strict load to refuse by name): what opens a
+ * .ckpt as a model (cl_weights_open). */
+typedef struct cl_ms_named cl_ms_named;
+cl_status cl_ms_named_open(cl_ms_named **out, const char *path);
+void cl_ms_named_close(cl_ms_named *m);
+cl_ckpt_source cl_ms_named_source(const cl_ms_named *m, const char *path);
+
 typedef struct cl_ms_report {
     int loaded;  /* tensors copied into the graph */
     int ignored; /* optimizer and bookkeeping entries */
@@ -116,8 +125,9 @@ cl_status cl_pth_read_i64(const cl_pth *p, size_t i, int64_t *dst, size_t n);
 
 /* A model checkpoint of any kind classic reads, as named tensors: a
  * classic safetensors file (with its metadata), a plain safetensors file
- * (torchvision names, no metadata: timm, safetensors.torch.save_file) or
- * a PyTorch .pth, told apart by the first bytes. */
+ * (torchvision names, no metadata: timm, safetensors.torch.save_file), a
+ * PyTorch .pth or a MindSpore .ckpt (mindcv's names mapped), told apart by
+ * the first bytes. */
 /* What a weights file is, from its first bytes. */
 typedef enum cl_weights_format {
     CL_WF_UNKNOWN = 0,
@@ -133,8 +143,9 @@ typedef struct cl_weights {
     cl_ckpt_source src;
     struct cl_st_file *st; /* safetensors */
     cl_pth *pth;           /* .pth */
+    cl_ms_named *ms;       /* MindSpore .ckpt */
     int classic;           /* safetensors with classic's 'arch' metadata */
-    const char *kind;      /* "safetensors" or "PyTorch .pth" */
+    const char *kind; /* "safetensors", "PyTorch .pth" or "MindSpore .ckpt" */
 } cl_weights;
 
 cl_status cl_weights_open(cl_weights *w, const char *path);

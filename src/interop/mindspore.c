@@ -547,3 +547,115 @@ done:
     cl_ms_ckpt_close(&c);
     return s;
 }
+
+/* ---- as named tensors ------------------------------------------------- */
+
+struct cl_ms_named {
+    cl_ms_ckpt c;
+    int n;
+    int *idx;          /* the checkpoint tensor of each kept entry */
+    char (*name)[160]; /* its torchvision name */
+};
+
+cl_status cl_ms_named_open(cl_ms_named **out, const char *path)
+{
+    *out = NULL;
+    cl_ms_named *m = calloc(1, sizeof *m);
+    if (!m)
+        return cl_error(CL_ERR_NOMEM, "%s: out of memory", path);
+    cl_status s = cl_ms_ckpt_open(&m->c, path);
+    if (s != CL_OK) {
+        free(m);
+        return s;
+    }
+    m->idx = calloc((size_t)m->c.n + 1, sizeof *m->idx);
+    m->name = calloc((size_t)m->c.n + 1, sizeof *m->name);
+    if (!m->idx || !m->name) {
+        cl_ms_named_close(m);
+        return cl_error(CL_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (int i = 0; i < m->c.n; i++) {
+        int r =
+            cl_ms_map_name(m->c.t[i].name, m->name[m->n], sizeof m->name[m->n]);
+        if (r == 0)
+            continue; /* optimizer state, step counters */
+        if (r < 0)    /* unmappable: kept as is, for a strict load to name */
+            snprintf(m->name[m->n], sizeof m->name[m->n], "%s", m->c.t[i].name);
+        m->idx[m->n++] = i;
+    }
+    *out = m;
+    return CL_OK;
+}
+
+void cl_ms_named_close(cl_ms_named *m)
+{
+    if (!m)
+        return;
+    cl_ms_ckpt_close(&m->c);
+    free(m->idx);
+    free(m->name);
+    free(m);
+}
+
+static size_t named_count(const void *ctx)
+{
+    return (size_t)((const cl_ms_named *)ctx)->n;
+}
+
+static const char *named_name(const void *ctx, size_t i)
+{
+    return ((const cl_ms_named *)ctx)->name[i];
+}
+
+static long named_find(const void *ctx, const char *name)
+{
+    const cl_ms_named *m = ctx;
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->name[i], name) == 0)
+            return i;
+    return -1;
+}
+
+static cl_shape named_shape(const void *ctx, size_t i)
+{
+    const cl_ms_named *m = ctx;
+    return m->c.t[m->idx[i]].shape;
+}
+
+static cl_status named_read_f32(const void *ctx, size_t i, float *dst, size_t n)
+{
+    const cl_ms_named *m = ctx;
+    const cl_ms_tensor *t = &m->c.t[m->idx[i]];
+    if (!is_float(t->dtype))
+        return cl_error(CL_ERR_FORMAT, "%s is %s, not a floating type", t->name,
+                        t->dtype);
+    if ((size_t)cl_shape_numel(&t->shape) != n)
+        return cl_error(CL_ERR_SHAPE, "%s: %lld elements, %zu expected",
+                        t->name, (long long)cl_shape_numel(&t->shape), n);
+    to_f32(t, dst, n);
+    return CL_OK;
+}
+
+static cl_status named_read_i64(const void *ctx, size_t i, int64_t *dst,
+                                size_t n)
+{
+    const cl_ms_named *m = ctx;
+    const cl_ms_tensor *t = &m->c.t[m->idx[i]];
+    if (strcmp(t->dtype, "Int64") != 0)
+        return cl_error(CL_ERR_FORMAT, "%s is %s, not Int64", t->name,
+                        t->dtype);
+    if ((size_t)cl_shape_numel(&t->shape) != n)
+        return cl_error(CL_ERR_SHAPE, "%s: %lld elements, %zu expected",
+                        t->name, (long long)cl_shape_numel(&t->shape), n);
+    memcpy(dst, t->data, n * sizeof *dst);
+    return CL_OK;
+}
+
+cl_ckpt_source cl_ms_named_source(const cl_ms_named *m, const char *path)
+{
+    /* MindSpore's BN keeps no count of batches: the counters stay. */
+    return (cl_ckpt_source){
+        path,       m,           named_count,    named_name,
+        named_find, named_shape, named_read_f32, named_read_i64,
+        1};
+}

@@ -1,6 +1,6 @@
 /* Any model checkpoint classic reads (classic or plain safetensors, a
- * PyTorch .pth) as one list of named tensors, and the torchvision ResNet
- * that a list without classic's metadata fits. */
+ * PyTorch .pth, a MindSpore .ckpt) as one list of named tensors, and the
+ * torchvision ResNet that a list without classic's metadata fits. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +75,12 @@ cl_status cl_weights_open(cl_weights *w, const char *path)
         w->kind = "PyTorch .pth";
         return CL_OK;
     }
+    if (fmt == CL_WF_MINDSPORE) {
+        CL_TRY(cl_ms_named_open(&w->ms, path));
+        w->src = cl_ms_named_source(w->ms, path);
+        w->kind = "MindSpore .ckpt";
+        return CL_OK;
+    }
     CL_TRY(cl_st_open(&w->st, path));
     w->src = cl_ckpt_source_st(w->st, path);
     w->classic = cl_st_metadata(w->st, CL_META_ARCH) != NULL;
@@ -87,6 +93,7 @@ void cl_weights_close(cl_weights *w)
 {
     cl_st_close(w->st);
     cl_pth_close(w->pth);
+    cl_ms_named_close(w->ms);
     memset(w, 0, sizeof *w);
 }
 
