@@ -148,6 +148,9 @@ _classify_batch = _fn("cl_classifier_classify_batch", ctypes.c_int,
                       ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                       _c_float_p)
+_classify_files = _fn("cl_classifier_classify_files", ctypes.c_int,
+                      ctypes.c_void_p, ctypes.c_int,
+                      ctypes.POINTER(ctypes.c_char_p), _c_float_p)
 _embed_file = _fn("cl_classifier_embed_file", ctypes.c_int, ctypes.c_void_p,
                   ctypes.c_char_p, _c_float_p)
 _embed = _fn("cl_classifier_embed", ctypes.c_int, ctypes.c_void_p,
@@ -266,9 +269,27 @@ class Model:
 
     def probabilities(self, images):
         """Softmax probabilities: (num_classes,) for one image (a path or
-        an array), (N, num_classes) for a list or an (N, H, W, C) array."""
+        an array), (N, num_classes) for a list or an (N, H, W, C) array.
+        Several paths, or several arrays of one shape and type, run as
+        batches of the library's batch size."""
         items, single = self._many(images)
         out = np.empty((len(items), self.num_classes), dtype=np.float32)
+        ptr = out.ctypes.data_as(_c_float_p)
+        if len(items) > 1 and all(
+                isinstance(x, (str, bytes, os.PathLike)) for x in items):
+            paths = (ctypes.c_char_p * len(items))(
+                *[os.fsencode(x) for x in items])
+            _check(_classify_files(self._handle(), len(items), paths, ptr))
+            return out
+        if len(items) > 1 and all(isinstance(x, np.ndarray) for x in items):
+            arrs = [_pixels(x) for x in items]
+            if len({(a[1], a[2], a[3], a[4]) for a in arrs}) == 1:
+                a, t, ih, iw, c = arrs[0]
+                stack = np.ascontiguousarray(np.stack([x[0] for x in arrs]))
+                _check(_classify_batch(self._handle(), len(items),
+                                       stack.ctypes.data_as(ctypes.c_void_p),
+                                       t, ih, iw, c, ptr))
+                return out
         for i, img in enumerate(items):
             self._one(img, out[i], _classify_file,
                       lambda h, p, t, ih, iw, c, ptr:

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/mem.h"
 #include "io/config.h"
+#include "models/resnet.h"
 #include "train/model.h"
 
 struct cl_classifier {
@@ -18,8 +19,18 @@ struct cl_classifier {
     int dim;       /* features per image, 0 when the graph has none */
     cl_image img;  /* the decoded or converted image, reused */
     cl_transforms *tf;
-    int tf_h, tf_w; /* the source size tf was made for */
+    int tf_h, tf_w;   /* the source size tf was made for */
+    char backend[16]; /* what the model was planned on ("" for none) */
+    /* The same network planned for CL_CLASSIFIER_BATCH images, made on the
+     * first batch call: bx (B, in_c, side, side), blogits (B, K). */
+    cl_graph bg;
+    int bg_ready;
+    cl_backend *bbe;
+    float *bx, *blogits;
 };
+
+/* Images per forward of the batch calls. */
+enum { CL_CLASSIFIER_BATCH = 16 };
 
 /* "none": the graph only; NULL: oneDNN. */
 static const char *backend_of(const char *backend)
@@ -31,9 +42,11 @@ static const char *backend_of(const char *backend)
 
 /* The buffers of a classifier whose model c->m is open; frees c on
  * failure. */
-static cl_status finish(cl_classifier *c, cl_classifier **out)
+static cl_status finish(cl_classifier *c, const char *backend,
+                        cl_classifier **out)
 {
     cl_model *m = &c->m;
+    snprintf(c->backend, sizeof c->backend, "%s", backend ? backend : "");
     if (m->g.features >= 0)
         c->dim = (int)m->g.tensors[m->g.features].shape.d[1];
     c->x = cl_alloc((size_t)m->in_c * m->side * m->side * sizeof(float),
@@ -59,13 +72,13 @@ cl_status cl_classifier_load(cl_classifier **out, const char *path,
     cl_classifier *c = calloc(1, sizeof *c);
     if (!c)
         return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
-    cl_status s = cl_model_open_as(&c->m, path, arch, 1, backend_of(backend),
-                                   CL_PLAN_INFER, 0);
+    const char *be = backend_of(backend);
+    cl_status s = cl_model_open_as(&c->m, path, arch, 1, be, CL_PLAN_INFER, 0);
     if (s != CL_OK) {
         free(c);
         return s;
     }
-    return finish(c, out);
+    return finish(c, be, out);
 }
 
 cl_status cl_classifier_create(cl_classifier **out, const char *config_text,
@@ -91,13 +104,13 @@ cl_status cl_classifier_create(cl_classifier **out, const char *config_text,
     cl_classifier *c = calloc(1, sizeof *c);
     if (!c)
         return cl_error(CL_ERR_NOMEM, "%s: out of memory", fn);
-    cl_status s =
-        cl_model_create(&c->m, &cfg, 1, backend_of(backend), CL_PLAN_INFER, 0);
+    const char *be = backend_of(backend);
+    cl_status s = cl_model_create(&c->m, &cfg, 1, be, CL_PLAN_INFER, 0);
     if (s != CL_OK) {
         free(c);
         return s;
     }
-    return finish(c, out);
+    return finish(c, be, out);
 }
 
 long long cl_classifier_num_params(const cl_classifier *c)
@@ -137,6 +150,11 @@ void cl_classifier_free(cl_classifier *c)
     cl_image_free(&c->img);
     cl_free(c->x);
     cl_free(c->logits);
+    cl_backend_destroy(c->bbe);
+    if (c->bg_ready)
+        cl_graph_free(&c->bg);
+    cl_free(c->bx);
+    cl_free(c->blogits);
     cl_model_close(&c->m);
     free(c);
 }
@@ -181,22 +199,30 @@ static void softmax(const float *logits, int k, float *probs)
         probs[i] = (float)(exp(logits[i] - mx) / se);
 }
 
+/* c->img through the eval pipeline into x (in_c, side, side). */
+static cl_status prepare(cl_classifier *c, float *x)
+{
+    cl_status s;
+    if (!c->tf || c->tf_h != c->img.h || c->tf_w != c->img.w) {
+        cl_transform_opts to;
+        cl_transforms_destroy(c->tf);
+        c->tf = NULL;
+        if ((s = cl_model_transforms(&c->m, c->img.h, c->img.w, &to)) !=
+                CL_OK ||
+            (s = cl_transforms_create(&c->tf, &to)) != CL_OK)
+            return s;
+        c->tf_h = c->img.h;
+        c->tf_w = c->img.w;
+    }
+    return cl_transforms_apply(c->tf, &c->img, NULL, NULL, x);
+}
+
 /* Runs c->img through the eval pipeline and the network; writes the
  * probabilities and/or the features (either may be NULL). */
 static cl_status run(cl_classifier *c, float *probs, float *feat)
 {
     cl_model *m = &c->m;
     cl_status s;
-    if (!c->tf || c->tf_h != c->img.h || c->tf_w != c->img.w) {
-        cl_transform_opts to;
-        cl_transforms_destroy(c->tf);
-        c->tf = NULL;
-        if ((s = cl_model_transforms(m, c->img.h, c->img.w, &to)) != CL_OK ||
-            (s = cl_transforms_create(&c->tf, &to)) != CL_OK)
-            return s;
-        c->tf_h = c->img.h;
-        c->tf_w = c->img.w;
-    }
     if (!m->be)
         return cl_error(CL_ERR_ARG, "the model was opened with backend "
                                     "\"none\": it describes the network but "
@@ -204,7 +230,7 @@ static cl_status run(cl_classifier *c, float *probs, float *feat)
     if (feat && c->dim == 0)
         return cl_error(CL_ERR_UNSUPPORTED,
                         "this model has no feature layer to embed with");
-    if ((s = cl_transforms_apply(c->tf, &c->img, NULL, NULL, c->x)) != CL_OK ||
+    if ((s = prepare(c, c->x)) != CL_OK ||
         (s = cl_backend_set_input(m->be, c->x, NULL, NULL)) != CL_OK ||
         (s = cl_backend_forward(m->be, 0, NULL)) != CL_OK)
         return s;
@@ -312,42 +338,131 @@ cl_status cl_classifier_embed(cl_classifier *c, const void *pixels,
     return run(c, NULL, feat);
 }
 
+/* The batch network: the same graph for CL_CLASSIFIER_BATCH images with
+ * the batch-of-one network's weights, on the same backend. */
+static cl_status batch_net(cl_classifier *c)
+{
+    cl_model *m = &c->m;
+    if (c->bbe)
+        return CL_OK;
+    if (!m->be)
+        return cl_error(CL_ERR_ARG, "the model was opened with backend "
+                                    "\"none\": it describes the network but "
+                                    "does not run it");
+    enum { B = CL_CLASSIFIER_BATCH };
+    CL_TRY(cl_graph_init(&c->bg, B));
+    c->bg_ready = 1;
+    CL_TRY(cl_resnet_build(&c->bg, &m->arch, m->side, m->side, 0, 0));
+    memcpy(c->bg.params, m->g.params, m->g.n_param_floats * sizeof(float));
+    memcpy(c->bg.buffers, m->g.buffers, m->g.n_buffer_floats * sizeof(float));
+    size_t per = (size_t)m->in_c * m->side * m->side;
+    c->bx = cl_alloc(B * per * sizeof(float), "batch input");
+    c->blogits =
+        cl_alloc((size_t)B * m->num_classes * sizeof(float), "batch logits");
+    if (!c->bx || !c->blogits)
+        return CL_ERR_NOMEM;
+    cl_backend_opts bo = {.threads = 0};
+    return cl_backend_create(&c->bbe, c->backend, &c->bg, CL_PLAN_INFER, &bo);
+}
+
+/* Puts image i of a batch call into c->img. */
+typedef cl_status (*image_fn)(cl_classifier *c, const void *ctx, int i);
+
+/* n images through the batch network, CL_CLASSIFIER_BATCH per forward
+ * (the last forward padded with zeros, whose rows are dropped); probs
+ * receives (n, num_classes).  Errors name image i. */
+static cl_status classify_many(cl_classifier *c, int n, image_fn get,
+                               const void *ctx, float *probs, const char *fn)
+{
+    cl_model *m = &c->m;
+    int K = m->num_classes;
+    size_t per = (size_t)m->in_c * m->side * m->side;
+    cl_status s = batch_net(c);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", fn);
+    for (int i0 = 0; i0 < n; i0 += CL_CLASSIFIER_BATCH) {
+        int nb = n - i0 < CL_CLASSIFIER_BATCH ? n - i0 : CL_CLASSIFIER_BATCH;
+        for (int j = 0; j < nb; j++)
+            if ((s = get(c, ctx, i0 + j)) != CL_OK ||
+                (s = prepare(c, c->bx + j * per)) != CL_OK)
+                return cl_error_wrap(s, "%s: image %d: ", fn, i0 + j);
+        memset(c->bx + nb * per, 0,
+               (CL_CLASSIFIER_BATCH - nb) * per * sizeof(float));
+        if ((s = cl_backend_set_input(c->bbe, c->bx, NULL, NULL)) != CL_OK ||
+            (s = cl_backend_forward(c->bbe, 0, NULL)) != CL_OK ||
+            (s = cl_backend_read(c->bbe, c->bg.logits, c->blogits)) != CL_OK)
+            return s;
+        for (int j = 0; j < nb; j++)
+            softmax(c->blogits + (size_t)j * K, K,
+                    probs + (size_t)(i0 + j) * K);
+    }
+    return CL_OK;
+}
+
+typedef struct pixels_ctx {
+    const char *p;
+    cl_pixel_type type;
+    int h, w, channels;
+    size_t stride; /* bytes per image */
+    const char *fn;
+} pixels_ctx;
+
+static cl_status image_from_pixels(cl_classifier *c, const void *ctx, int i)
+{
+    const pixels_ctx *x = ctx;
+    return from_pixels(c, x->p + (size_t)i * x->stride, x->type, x->h, x->w,
+                       x->channels, x->fn);
+}
+
+static cl_status image_from_file(cl_classifier *c, const void *ctx, int i)
+{
+    const char *const *paths = ctx;
+    if (!paths[i])
+        return cl_error(CL_ERR_ARG, "path is NULL");
+    return cl_image_load(paths[i], 0, 0, &c->img);
+}
+
 cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
                                        const void *pixels, cl_pixel_type type,
                                        int h, int w, int channels, float *probs)
 {
     const char *fn = "cl_classifier_classify_batch";
+    if (!c)
+        return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
     if (n < 0)
         return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
-    if (c && !probs)
+    if (!probs)
         return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    if (n == 0)
+        return CL_OK;
+    /* The description is checked once, on the first image. */
+    cl_status s = from_pixels(c, pixels, type, h, w, channels, fn);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "image 0: ");
     size_t elem = type == CL_PIXEL_F32 ? sizeof(float) : 1;
-    for (int i = 0; i < n; i++) {
-        const char *p = (const char *)pixels;
-        if (p && h > 0 && w > 0 && channels > 0)
-            p += (size_t)i * h * w * channels * elem;
-        cl_status s = from_pixels(c, p, type, h, w, channels, fn);
-        if (s == CL_OK)
-            s = run(c, probs + (size_t)i * c->m.num_classes, NULL);
-        if (s != CL_OK)
-            return cl_error_wrap(s, "%s: image %d: ", fn, i);
-    }
-    return CL_OK;
+    pixels_ctx x = {
+        pixels, type, h, w, channels, (size_t)h * w * channels * elem, fn};
+    if (n == 1)
+        return run(c, probs, NULL);
+    return classify_many(c, n, image_from_pixels, &x, probs, fn);
 }
 
 cl_status cl_classifier_classify_files(cl_classifier *c, int n,
                                        const char *const *paths, float *probs)
 {
     const char *fn = "cl_classifier_classify_files";
+    if (!c)
+        return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
     if (n < 0)
         return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
     if (n > 0 && !paths)
         return cl_error(CL_ERR_ARG, "%s: paths is NULL", fn);
-    for (int i = 0; i < n; i++) {
-        float *row = probs && c ? probs + (size_t)i * c->m.num_classes : NULL;
-        CL_TRY(from_file(c, paths[i], row, NULL, fn));
-    }
-    return CL_OK;
+    if (n > 0 && !probs)
+        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    if (n == 1)
+        return from_file(c, paths[0], probs, NULL, fn);
+    return n == 0 ? CL_OK
+                  : classify_many(c, n, image_from_file, paths, probs, fn);
 }
 
 int cl_classifier_top_k(const cl_classifier *c, const float *probs, int k,
