@@ -17,7 +17,9 @@
 #include "models/resnet.h"
 #include "report/report.h"
 #include "report/report_internal.h"
+#include "core/mem.h"
 #include "train/trainer.h"
+#include "train/val_record.h"
 
 #define CHROMIUM "/usr/bin/chromium"
 
@@ -675,4 +677,86 @@ CL_TEST(end_to_end_report_matches_trainer_eval)
     CHECK(strstr(html, "badge ok") != NULL); /* complete */
     cl__runlog_free(&rl);
     free(html);
+}
+
+/* The report shows the training's own last evaluation, from the record
+ * beside the checkpoint: with a backend that cannot be created (no second
+ * evaluation could run) it still has the whole split's counts and
+ * confusion matrix, equal to the trainer's; a record whose counts do not
+ * add up is not shown, and the report evaluates again. */
+CL_TEST(report_takes_the_training_evaluation)
+{
+    const char *dir = cl_test_path("live");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "train --model resnet18 --stem cifar --image_size 28 "
+             "--in_channels 1 --mean 0.286 --std 0.353 --limit_train 64 "
+             "--limit_val 120 --batch_size 32 --epoch_size 1 "
+             "--num_parallel_workers 1 --ckpt_save_dir %s",
+             dir);
+    REQUIRE(cl_test_classic(args) == 0);
+    char rec[800], ck[800];
+    snprintf(ck, sizeof ck, "%s/resnet18-best.safetensors", dir);
+    snprintf(rec, sizeof rec, "%s/resnet18-best.val.safetensors", dir);
+    cl_metrics met;
+    cl_val_miss *miss = NULL;
+    char **names = NULL;
+    cl_val_record_info info;
+    int n_miss = 0;
+    REQUIRE_OK(cl_val_record_load(rec, &met, &miss, &n_miss, &names, &info));
+    CHECK(cl_metrics_count(&met) == 120 && info.epoch == 1 && info.step == 2);
+    CHECK(strcmp(info.split, "test") == 0);
+    CHECK(n_miss == (120 - met.counts[1] < 64 ? 120 - met.counts[1] : 64));
+    for (int i = 1; i < n_miss; i++)
+        CHECK(miss[i - 1].conf >= miss[i].conf);
+    for (int i = 0; i < n_miss; i++)
+        CHECK(miss[i].pred != miss[i].truth && miss[i].conf > 0.1);
+    CHECK(names[0][0] != '\0');
+    char path2[800];
+    snprintf(path2, sizeof path2, "%s/resnet18-last.val.safetensors", dir);
+    CHECK(access(path2, R_OK) == 0);
+
+    cl_report_opts o = cl_report_opts_default();
+    o.backend = "no-such-backend";
+    snprintf(path2, sizeof path2, "%s/r.html", dir);
+    REQUIRE_OK(cl_report_write(dir, path2, &o));
+    char *html = cl_test_read_file(path2, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "the training's own evaluation (not run again)") !=
+          NULL);
+    char want[64];
+    snprintf(want, sizeof want, "%lld / 120", (long long)met.counts[1]);
+    CHECK(strstr(html, want) != NULL);
+    CHECK(count(html, "class=\"cm-cell") == 100);
+    free(html);
+
+    /* Inconsistent counts: the record is set aside, the report evaluates
+     * (and with no backend says why it could not). */
+    met.counts[0] += 1;
+    cl_val_misses none;
+    REQUIRE_OK(cl_val_misses_init(&none, NULL, 0));
+    REQUIRE_OK(cl_val_record_save(rec, &met, &none, &info, NULL));
+    cl_val_misses_free(&none);
+    cl_metrics bad;
+    cl_val_miss *m2 = NULL;
+    char **n2 = NULL;
+    int nm2 = 0;
+    CHECK_ERR(cl_val_record_load(rec, &bad, &m2, &nm2, &n2, &info),
+              CL_ERR_FORMAT, "counts are inconsistent");
+    CHECK(m2 == NULL && n2 == NULL);
+    REQUIRE_OK(cl_report_write(dir, path2, &o));
+    html = cl_test_read_file(path2, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "not run again") == NULL);
+    CHECK(strstr(html, "could not be opened") != NULL);
+    free(html);
+    /* A truncated record is refused the same way. */
+    FILE *f = fopen(rec, "r+b");
+    REQUIRE(f != NULL);
+    CHECK(ftruncate(fileno(f), 40) == 0);
+    fclose(f);
+    CHECK(cl_val_record_load(rec, &bad, &m2, &nm2, &n2, &info) != CL_OK);
+    cl_metrics_free(&met);
+    cl_free(miss);
+    cl_val_record_names_free(names, 10);
 }

@@ -338,14 +338,15 @@ CL_TEST(eval_hflip_averages_image_and_mirror)
     const char *m = cl_test_slurp(cl_test_path("tta/metrics.jsonl"));
     REQUIRE(m != NULL);
     CHECK(strstr(m, "\"val_samples\":100,") && strstr(m, "\"val_hflip\":true"));
-    /* The report evaluates the checkpoint with the run's recipe, and says
-     * so. */
+    /* The report shows the run's own last evaluation (all 100 samples, not
+     * the 64 it would evaluate itself), and says so. */
     snprintf(args, sizeof args, "report %s --limit 64", cl_test_path("tta"));
     REQUIRE(cl_test_classic(args) == 0);
     char *html = cl_test_read_file(cl_test_path("tta/report.html"), NULL);
     REQUIRE(html != NULL);
-    CHECK(strstr(html, "on 64 samples of fashion_mnist split test, each "
-                       "averaged with its mirror") != NULL);
+    CHECK(strstr(html, "on 100 samples of fashion_mnist split test, each "
+                       "averaged with its mirror, the training's own "
+                       "evaluation") != NULL);
     free(html);
     const char *ck = cl_test_path("tta/resnet18-last.safetensors");
     char dir[2][600];

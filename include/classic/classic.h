@@ -196,7 +196,8 @@ CL_API const char *cl_evaluation_class_name(const cl_evaluation *e, int k);
 /* Writes what `classic eval` prints: the split, top-1, top-5, loss,
  * per-class accuracy and the confusion matrix.  Thread-safe. */
 CL_API cl_status cl_evaluation_print(const cl_evaluation *e, FILE *f);
-/* Writes the confusion matrix with class names as CSV to path. */
+/* Writes the confusion matrix with class names as CSV to path.
+ * Thread-safe. */
 CL_API cl_status cl_evaluation_write_csv(const cl_evaluation *e,
                                          const char *path);
 /* The kept features (n rows of dim floats, in the split's order) and their
@@ -207,7 +208,8 @@ CL_API const float *cl_evaluation_features(const cl_evaluation *e, long long *n,
 CL_API const long long *cl_evaluation_labels(const cl_evaluation *e);
 /* Saves the kept features as the gallery `classic retrieve` searches: a
  * safetensors file with 'features', 'labels', 'indices', for image folders
- * 'names', and the dataset, split, class names and checkpoint as metadata. */
+ * 'names', and the dataset, split, class names and checkpoint as metadata.
+ * Thread-safe. */
 CL_API cl_status cl_evaluation_save_features(const cl_evaluation *e,
                                              const char *path);
 

@@ -1,9 +1,12 @@
-/* The report's evaluation: the run's checkpoint over (part of) its
- * validation split, keeping the confusion matrix and the most confidently
- * misclassified samples, whose images are embedded as PNG data. */
+/* The report's evaluation: the training's own pass over the checkpoint
+ * (its .val record), else the checkpoint over (part of) its validation
+ * split; the confusion matrix and the most confidently misclassified
+ * samples, whose images are embedded as PNG data. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/mem.h"
@@ -19,48 +22,6 @@
 /* Stored images are shrunk to this longest side: 16 full-size photos
  * would make a page of megabytes, and the grid shows them at ~120 px. */
 #define MISS_MAX_SIDE 160
-
-typedef struct miss_ctx {
-    const cl_dataset *ds;
-    cl__miss *top; /* top: (cap), most confident first */
-    int n, cap;
-} miss_ctx;
-
-/* Keeps the `cap` wrong predictions of highest softmax confidence; the
- * prediction is the arg-max with ties to the lower index, as in
- * cl_metrics_add. */
-static void on_sample(void *vctx, int64_t index, const float *row, int dim,
-                      const float *logits, int k)
-{
-    (void)row;
-    (void)dim;
-    miss_ctx *c = vctx;
-    if (index < 0 || index >= cl_dataset_count(c->ds) || c->cap == 0)
-        return;
-    int truth = cl_dataset_label(c->ds, index);
-    int pred = 0;
-    for (int j = 1; j < k; j++)
-        if (logits[j] > logits[pred])
-            pred = j;
-    if (pred == truth || truth < 0 || truth >= k || !isfinite(logits[pred]))
-        return;
-    double se = 0;
-    for (int j = 0; j < k; j++)
-        se += exp((double)logits[j] - logits[pred]);
-    double conf = 1 / se;
-    if (c->n == c->cap && conf <= c->top[c->n - 1].conf)
-        return;
-    int at = c->n < c->cap ? c->n++ : c->n - 1;
-    while (at > 0 && c->top[at - 1].conf < conf) {
-        c->top[at] = c->top[at - 1];
-        at--;
-    }
-    c->top[at].index = index;
-    c->top[at].truth = truth;
-    c->top[at].pred = pred;
-    c->top[at].conf = conf;
-    c->top[at].p_true = exp((double)logits[truth] - logits[pred]) / se;
-}
 
 /* Box-filter shrink of img (h, w, c) so its longer side is <= max. */
 static cl_status shrink(const cl_image *img, int max, uint8_t **out, int *oh,
@@ -116,7 +77,8 @@ static cl_status embed_images(cl__report_eval *ev, const cl_dataset *ds)
         uint8_t *thumb = NULL;
         int h = 0, w = 0;
         png.len = b64.len = 0;
-        s = cl_dataset_get(ds, ev->miss[i].index, 0, &img, &label);
+        s = ds ? cl_dataset_get(ds, ev->miss[i].index, 0, &img, &label)
+               : CL_ERR_IO;
         if (s == CL_OK)
             s = shrink(&img, MISS_MAX_SIDE, &thumb, &h, &w);
         if (s == CL_OK)
@@ -148,6 +110,112 @@ static cl_status embed_images(cl__report_eval *ev, const cl_dataset *ds)
     return s;
 }
 
+/* ev's copy of k class names. */
+static cl_status copy_names(cl__report_eval *ev, const char *const *names,
+                            int k)
+{
+    ev->names = cl_alloc_zero((size_t)k * sizeof *ev->names, "class names");
+    if (!ev->names)
+        return CL_ERR_NOMEM;
+    for (int i = 0; i < k; i++) {
+        size_t l = strlen(names[i]);
+        ev->names[i] = cl_alloc(l + 1, "class name");
+        if (!ev->names[i])
+            return CL_ERR_NOMEM;
+        memcpy(ev->names[i], names[i], l + 1);
+    }
+    return CL_OK;
+}
+
+/* ev from met (the confusion matrix and the counts). */
+static cl_status take_metrics(cl__report_eval *ev, const cl_metrics *met)
+{
+    const int k = met->num_classes;
+    ev->k = k;
+    ev->cm = cl_alloc((size_t)k * (size_t)k * sizeof *ev->cm, "confusion");
+    if (!ev->cm)
+        return CL_ERR_NOMEM;
+    memcpy(ev->cm, met->confusion, (size_t)k * (size_t)k * sizeof *ev->cm);
+    ev->samples = cl_metrics_count(met);
+    ev->correct = met->counts[1];
+    ev->correct5 = met->counts[2];
+    ev->loss_sum = met->loss_sum;
+    return CL_OK;
+}
+
+static void checkpoint_meta(const cl__runlog *rl, cl__report_eval *ev)
+{
+    cl_ckpt_read_meta(rl->ckpt, CL_META_EPOCH, ev->ckpt_epoch,
+                      sizeof ev->ckpt_epoch);
+    cl_ckpt_read_meta(rl->ckpt, CL_META_STEP, ev->ckpt_step,
+                      sizeof ev->ckpt_step);
+    cl_ckpt_read_meta(rl->ckpt, CL_META_VERSION, ev->ckpt_version,
+                      sizeof ev->ckpt_version);
+    cl_clear_error();
+}
+
+/* The training's own pass over the checkpoint's weights, from the record
+ * saved beside it: CL_OK with ev->done when there is one for this
+ * checkpoint's step; the images of the misses come from the run's
+ * dataset (an empty tile each when it cannot be read). */
+static cl_status from_record(const cl__runlog *rl, const cl_report_opts *o,
+                             cl__report_eval *ev)
+{
+    char path[1100], step[32] = "";
+    cl_val_record_path(rl->ckpt, path, sizeof path);
+    if (access(path, R_OK) != 0)
+        return CL_OK;
+    cl_metrics met;
+    cl_val_miss *miss = NULL;
+    char **names = NULL;
+    cl_val_record_info info;
+    int n_miss = 0;
+    if (cl_val_record_load(path, &met, &miss, &n_miss, &names, &info) !=
+        CL_OK) {
+        cl_clear_error(); /* a bad record: evaluate as without one */
+        return CL_OK;
+    }
+    cl_status s = CL_OK;
+    int k = met.num_classes;
+    cl_ckpt_read_meta(rl->ckpt, CL_META_STEP, step, sizeof step);
+    if (strtoll(step, NULL, 10) != info.step)
+        goto done; /* another checkpoint's: evaluate this one */
+    int keep = o->top_wrong < 0 ? 0 : o->top_wrong;
+    if ((s = take_metrics(ev, &met)) != CL_OK ||
+        (s = copy_names(ev, (const char *const *)names, k)) != CL_OK)
+        goto done;
+    ev->n_miss = n_miss < keep ? n_miss : keep;
+    ev->miss = miss;
+    miss = NULL;
+    ev->hflip = info.hflip;
+    snprintf(ev->split, sizeof ev->split, "%s", info.split);
+    snprintf(ev->dataset, sizeof ev->dataset, "%s", info.dataset);
+    checkpoint_meta(rl, ev);
+    ev->from_training = 1;
+    ev->done = 1;
+    /* The misclassified images, read by index from the run's data. */
+    cl_config cfg = rl->cfg;
+    if (o->data_dir)
+        snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", o->data_dir);
+    char dir[CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    cl_dataset_spec spec;
+    cl_dataset *ds = NULL;
+    if (rl->have_config &&
+        cl_recipe_dataset(&cfg, CL_USAGE_TEST, dir, sizeof dir, &spec) ==
+            CL_OK &&
+        (spec.num_classes = k, cl_dataset_open(&ds, &spec)) == CL_OK)
+        s = embed_images(ev, ds);
+    else
+        s = embed_images(ev, NULL);
+    cl_dataset_close(ds);
+    cl_clear_error();
+done:
+    cl_metrics_free(&met);
+    cl_free(miss);
+    cl_val_record_names_free(names, k);
+    return s;
+}
+
 static void note(cl__report_eval *ev, const char *what)
 {
     snprintf(ev->note, sizeof ev->note, "%s: %s", what,
@@ -171,15 +239,20 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
                  "appear once the run has written one");
         return CL_OK;
     }
+    double t0 = cl_time_now();
+    cl_status s = from_record(rl, o, ev);
+    if (s != CL_OK || ev->done) {
+        ev->seconds = cl_time_now() - t0;
+        return s;
+    }
     cl_model m;
     cl_model_data md;
     memset(&md, 0, sizeof md);
     cl_metrics met;
-    miss_ctx mc = {NULL, NULL, 0, 0};
+    cl_val_misses mc;
+    memset(&mc, 0, sizeof mc);
     memset(&met, 0, sizeof met);
     int model_open = 0;
-    cl_status s = CL_OK;
-    double t0 = cl_time_now();
 
     int64_t limit = o->limit > 0 ? o->limit : 2000;
     int batch = o->batch > 0 ? o->batch : 100;
@@ -205,44 +278,19 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     }
     if ((s = cl_metrics_init(&met, m.num_classes)) != CL_OK)
         goto done;
-    mc.ds = md.ds;
-    mc.cap = o->top_wrong < 0 ? 0 : o->top_wrong > 64 ? 64 : o->top_wrong;
-    mc.top = cl_alloc((size_t)(mc.cap ? mc.cap : 1) * sizeof *mc.top,
-                      "misclassified");
-    if (!mc.top) {
-        s = CL_ERR_NOMEM;
+    if ((s = cl_val_misses_init(&mc, md.ds, o->top_wrong)) != CL_OK)
         goto done;
-    }
-    if (cl_evaluate(m.be, md.ld, &met, NULL, m.cfg.eval_hflip, on_sample,
-                    &mc) != CL_OK) {
+    if (cl_evaluate(m.be, md.ld, &met, NULL, m.cfg.eval_hflip,
+                    cl_val_misses_add, &mc) != CL_OK) {
         note(ev, "the evaluation failed");
         goto done;
     }
 
-    const int k = m.num_classes;
-    ev->k = k;
-    ev->cm = cl_alloc((size_t)k * (size_t)k * sizeof *ev->cm, "confusion");
-    ev->names = cl_alloc_zero((size_t)k * sizeof *ev->names, "class names");
-    if (!ev->cm || !ev->names) {
-        s = CL_ERR_NOMEM;
+    if ((s = take_metrics(ev, &met)) != CL_OK ||
+        (s = copy_names(ev, (const char *const *)m.class_names,
+                        m.num_classes)) != CL_OK)
         goto done;
-    }
-    memcpy(ev->cm, met.confusion, (size_t)k * (size_t)k * sizeof *ev->cm);
-    for (int i = 0; i < k; i++) {
-        const char *n = m.class_names[i];
-        size_t l = strlen(n);
-        ev->names[i] = cl_alloc(l + 1, "class name");
-        if (!ev->names[i]) {
-            s = CL_ERR_NOMEM;
-            goto done;
-        }
-        memcpy(ev->names[i], n, l + 1);
-    }
-    ev->samples = cl_metrics_count(&met);
     ev->hflip = m.cfg.eval_hflip;
-    ev->correct = met.counts[1];
-    ev->correct5 = met.counts[2];
-    ev->loss_sum = met.loss_sum;
     ev->miss = mc.top;
     ev->n_miss = mc.n;
     mc.top = NULL;
@@ -250,17 +298,11 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     snprintf(ev->dataset, sizeof ev->dataset, "%s", cl_dataset_format(md.ds));
     if ((s = embed_images(ev, md.ds)) != CL_OK)
         goto done;
-    cl_ckpt_read_meta(rl->ckpt, CL_META_EPOCH, ev->ckpt_epoch,
-                      sizeof ev->ckpt_epoch);
-    cl_ckpt_read_meta(rl->ckpt, CL_META_STEP, ev->ckpt_step,
-                      sizeof ev->ckpt_step);
-    cl_ckpt_read_meta(rl->ckpt, CL_META_VERSION, ev->ckpt_version,
-                      sizeof ev->ckpt_version);
-    cl_clear_error();
+    checkpoint_meta(rl, ev);
     ev->done = 1;
 done:
     ev->seconds = cl_time_now() - t0;
-    cl_free(mc.top);
+    cl_val_misses_free(&mc);
     cl_metrics_free(&met);
     cl_model_data_close(&md);
     if (model_open)

@@ -495,7 +495,11 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
             CL_TRY(cl__html_esc(b, ev->split));
             if (ev->hflip)
                 CL_TRY(cl_strbuf_adds(b, ", each averaged with its mirror"));
-            CL_TRY(cl_strbuf_addf(b, " in %.1f s", ev->seconds));
+            if (ev->from_training)
+                CL_TRY(cl_strbuf_adds(b, ", the training's own evaluation "
+                                         "(not run again)"));
+            else
+                CL_TRY(cl_strbuf_addf(b, " in %.1f s", ev->seconds));
         }
         CL_TRY(cl_strbuf_adds(b, "</small>"));
     }

@@ -9,6 +9,7 @@
 #include "io/config.h"
 #include "io/strbuf.h"
 #include "report/report.h"
+#include "train/val_record.h"
 
 /* ---- run log (runlog.c) ---- */
 
@@ -104,12 +105,7 @@ cl_status cl__svg_class_bars(cl_strbuf *b, const char *id, const int64_t *cm,
 
 /* ---- evaluation (evalpart.c) ---- */
 
-typedef struct cl__miss {
-    int64_t index; /* dataset index */
-    int truth, pred;
-    double conf; /* softmax probability of pred */
-    double p_true;
-} cl__miss;
+typedef cl_val_miss cl__miss;
 
 typedef struct cl__report_eval {
     int done;       /* 1 when the evaluation ran */
@@ -127,6 +123,7 @@ typedef struct cl__report_eval {
     char ckpt_epoch[32], ckpt_step[32], ckpt_version[64];
     char split[96], dataset[64];
     double seconds;
+    int from_training; /* the training's own pass (its .val record) */
 } cl__report_eval;
 
 /* Evaluates rl->ckpt; failures are reported in ev->note, never returned,

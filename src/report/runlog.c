@@ -178,7 +178,7 @@ static void find_ckpt(cl__runlog *rl)
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
         if (!ends_with(n, ".safetensors") || strstr(n, ".state.") ||
-            strlen(n) >= sizeof best)
+            strstr(n, ".val.") || strlen(n) >= sizeof best)
             continue;
         char path[1536];
         struct stat st;

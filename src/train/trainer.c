@@ -26,6 +26,7 @@
 #include "train/recipe.h"
 #include "train/train_state.h"
 #include "train/trainer.h"
+#include "train/val_record.h"
 #include "interop/interop.h"
 
 /* Everything one run owns; released by run_free in reverse order. */
@@ -47,7 +48,8 @@ typedef struct run {
     int n_segs;
     cl_lr_config lr;
     cl_metrics val;
-    float *acc; /* gradient accumulation arena, or NULL */
+    cl_val_misses misses; /* the last validation pass's, for the report */
+    float *acc;           /* gradient accumulation arena, or NULL */
     FILE *jsonl;
     cl_strbuf line;
     char *config_yaml;
@@ -72,6 +74,7 @@ static void run_free(run *r)
     cl_free(r->conv_paths);
     cl_free(r->acc);
     cl_metrics_free(&r->val);
+    cl_val_misses_free(&r->misses);
     cl_optim_destroy(&r->opt);
     cl_free(r->segs);
     cl_dist_grad_sync_free(r->sync);
@@ -871,12 +874,41 @@ static cl_status write_run_files(run *r)
     return CL_OK;
 }
 
+/* The last validation pass beside the checkpoint of its weights, so that
+ * the report shows it without evaluating again (train/val_record.h). */
+static cl_status save_val_record(run *r, const char *ckpt, int64_t epoch,
+                                 int64_t step)
+{
+    if (!r->root)
+        return CL_OK;
+    int k = r->g.num_classes;
+    const char **names = cl_alloc((size_t)k * sizeof *names, "class names");
+    if (!names)
+        return CL_ERR_NOMEM;
+    for (int i = 0; i < k; i++)
+        names[i] = i < cl_dataset_num_classes(r->train_ds)
+                       ? cl_dataset_class_name(r->train_ds, i)
+                       : "";
+    cl_val_record_info info = {
+        .step = step, .epoch = epoch, .hflip = r->cfg->eval_hflip};
+    snprintf(info.split, sizeof info.split, "%s", r->cfg->val_split);
+    snprintf(info.dataset, sizeof info.dataset, "%s",
+             cl_dataset_format(r->val_ds));
+    char path[700];
+    cl_val_record_path(ckpt, path, sizeof path);
+    cl_status s = cl_val_record_save(path, &r->val, &r->misses, &info, names);
+    cl_free(names);
+    return s;
+}
+
 static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
                           cl_train_result *res)
 {
     cl_metrics_reset(&r->val);
+    cl_val_misses_reset(&r->misses);
     CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, r->cfg->eval_hflip,
-                       NULL, NULL));
+                       cl_val_misses_add, &r->misses));
+    CL_TRY(cl_val_misses_gather(&r->misses, r->d));
     double top1 = cl_metrics_top1(&r->val);
     cl_log(r->lg, CL_LOG_INFO,
            "epoch %lld eval: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
@@ -895,6 +927,7 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
                      "%s/resnet%d-best.safetensors", r->cfg->ckpt_save_dir,
                      r->model.depth);
             CL_TRY(save_model(r, res->best_ckpt, epoch + 1, step));
+            CL_TRY(save_val_record(r, res->best_ckpt, epoch + 1, step));
         }
     }
     return CL_OK;
@@ -1171,6 +1204,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     if ((s = open_data(&r)) != CL_OK || (s = build_model(&r)) != CL_OK ||
         (s = make_optimizer(&r)) != CL_OK ||
         (s = cl_metrics_init(&r.val, r.g.num_classes)) != CL_OK ||
+        (s = cl_val_misses_init(&r.misses, r.val_ds, CL_VAL_MISS_MAX)) !=
+            CL_OK ||
         (s = write_run_files(&r)) != CL_OK)
         goto fail;
 
@@ -1271,6 +1306,11 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         if ((s = save_checkpoint(&r, res->last_ckpt,
                                  cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
                                  cl_loader_batches_per_epoch(r.train_ld),
+                                 lp.step)) != CL_OK)
+            goto fail;
+        /* The last epoch is always evaluated when there is a split. */
+        if (r.val_ld &&
+            (s = save_val_record(&r, res->last_ckpt, cfg->epoch_size,
                                  lp.step)) != CL_OK)
             goto fail;
     }
