@@ -48,8 +48,9 @@ typedef struct cl_backend_opts {
 
 typedef struct cl_backend_vtbl {
     const char *name;
-    /* Non-zero if the backend runs this node itself. */
-    int (*supports)(const cl_node *n);
+    /* Non-zero if the backend runs this node (of graph g, whose tensor
+     * shapes it may look at) itself. */
+    int (*supports)(const cl_graph *g, const cl_node *n);
     /* Creates every buffer, workspace and primitive the steps need. */
     cl_status (*plan)(cl_backend *be, cl_graph *g, cl_plan_mode mode);
     /* Copies one batch in: x (N,C,H,W) plain f32; labels (N) or soft

@@ -31,8 +31,9 @@ typedef struct ref_state {
 } ref_state;
 
 /* Every op: cl_ref_kernels has an entry for each line of ops.def. */
-static int ref_supports(const cl_node *n)
+static int ref_supports(const cl_graph *g, const cl_node *n)
 {
+    (void)g;
     return n->op >= 0 && n->op < CL_OP_COUNT;
 }
 

@@ -133,8 +133,8 @@ static cl_status ref_conv2d_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     cl_conv2d_forward(a->y, a->x[0], param_or_null(a->g, a->n, 0),
-                      param_or_null(a->g, a->n, 1), a->g->batch, (int)xs->d[2],
-                      (int)xs->d[3], &a->n->attr.conv2d);
+                      param_or_null(a->g, a->n, 1), (int)xs->d[0],
+                      (int)xs->d[2], (int)xs->d[3], &a->n->attr.conv2d);
     return CL_OK;
 }
 
@@ -143,8 +143,8 @@ static cl_status ref_conv2d_backward(const cl_ref_args *a)
     const cl_shape *xs = in_shape(a);
     cl_conv2d_backward(a->dx[0], grad_or_null(a->g, a->n, 0),
                        grad_or_null(a->g, a->n, 1), a->dy, a->x[0],
-                       param_or_null(a->g, a->n, 0), a->g->batch, (int)xs->d[2],
-                       (int)xs->d[3], &a->n->attr.conv2d);
+                       param_or_null(a->g, a->n, 0), (int)xs->d[0],
+                       (int)xs->d[2], (int)xs->d[3], &a->n->attr.conv2d);
     return CL_OK;
 }
 
@@ -158,7 +158,7 @@ static cl_status ref_batchnorm2d_forward(const cl_ref_args *a)
     cl_graph *g = a->g;
     const cl_node *n = a->n;
     const cl_shape *xs = in_shape(a);
-    const int N = g->batch, C = (int)xs->d[1];
+    const int N = (int)xs->d[0], C = (int)xs->d[1];
     const int HW = (int)(xs->d[2] * xs->d[3]);
     const float *gm = cl_graph_param(g, n->param[0]);
     const float *bt = cl_graph_param(g, n->param[1]);
@@ -188,7 +188,7 @@ static cl_status ref_batchnorm2d_backward(const cl_ref_args *a)
     const cl_graph *g = a->g;
     const cl_node *n = a->n;
     const cl_shape *xs = in_shape(a);
-    const int N = g->batch, C = (int)xs->d[1];
+    const int N = (int)xs->d[0], C = (int)xs->d[1];
     const int HW = (int)(xs->d[2] * xs->d[3]);
     const float *gm = cl_graph_param(g, n->param[0]);
     float *dw = grad_or_null(g, n, 0), *db = grad_or_null(g, n, 1);
@@ -223,8 +223,9 @@ static cl_status ref_relu_backward(const cl_ref_args *a)
 static cl_status ref_maxpool2d_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
-    cl_maxpool2d_forward(a->y, a->sv->idx, a->x[0], a->g->batch, (int)xs->d[1],
-                         (int)xs->d[2], (int)xs->d[3], &a->n->attr.maxpool2d);
+    cl_maxpool2d_forward(a->y, a->sv->idx, a->x[0], (int)xs->d[0],
+                         (int)xs->d[1], (int)xs->d[2], (int)xs->d[3],
+                         &a->n->attr.maxpool2d);
     return CL_OK;
 }
 
@@ -232,16 +233,16 @@ static cl_status ref_maxpool2d_backward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     if (a->dx[0])
-        cl_maxpool2d_backward(a->dx[0], a->dy, a->sv->idx, a->x[0], a->g->batch,
-                              (int)xs->d[1], (int)xs->d[2], (int)xs->d[3],
-                              &a->n->attr.maxpool2d);
+        cl_maxpool2d_backward(a->dx[0], a->dy, a->sv->idx, a->x[0],
+                              (int)xs->d[0], (int)xs->d[1], (int)xs->d[2],
+                              (int)xs->d[3], &a->n->attr.maxpool2d);
     return CL_OK;
 }
 
 static cl_status ref_global_avgpool_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
-    cl_global_avgpool_forward(a->y, a->x[0], a->g->batch, (int)xs->d[1],
+    cl_global_avgpool_forward(a->y, a->x[0], (int)xs->d[0], (int)xs->d[1],
                               (int)(xs->d[2] * xs->d[3]));
     return CL_OK;
 }
@@ -250,15 +251,25 @@ static cl_status ref_global_avgpool_backward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     if (a->dx[0])
-        cl_global_avgpool_backward(a->dx[0], a->dy, a->g->batch, (int)xs->d[1],
-                                   (int)(xs->d[2] * xs->d[3]));
+        cl_global_avgpool_backward(a->dx[0], a->dy, (int)xs->d[0],
+                                   (int)xs->d[1], (int)(xs->d[2] * xs->d[3]));
     return CL_OK;
+}
+
+/* The rows of a linear node's input: the product of all but its last
+ * dimension (linear applies over the last one). */
+static int rows_of(const cl_shape *s)
+{
+    int64_t r = 1;
+    for (int k = 0; k < s->ndim - 1; k++)
+        r *= s->d[k];
+    return (int)r;
 }
 
 static cl_status ref_linear_forward(const cl_ref_args *a)
 {
     cl_linear_forward(a->y, a->x[0], param_or_null(a->g, a->n, 0),
-                      param_or_null(a->g, a->n, 1), a->g->batch,
+                      param_or_null(a->g, a->n, 1), rows_of(in_shape(a)),
                       &a->n->attr.linear);
     return CL_OK;
 }
@@ -267,7 +278,7 @@ static cl_status ref_linear_backward(const cl_ref_args *a)
 {
     cl_linear_backward(a->dx[0], grad_or_null(a->g, a->n, 0),
                        grad_or_null(a->g, a->n, 1), a->dy, a->x[0],
-                       param_or_null(a->g, a->n, 0), a->g->batch,
+                       param_or_null(a->g, a->n, 0), rows_of(in_shape(a)),
                        &a->n->attr.linear);
     return CL_OK;
 }
@@ -293,7 +304,7 @@ static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
     }
     a->y[0] =
         cl_softmax_ce_forward(a->sv->probs, a->x[0], a->labels, a->targets,
-                              a->g->batch, &a->n->attr.softmax_ce);
+                              (int)in_shape(a)->d[0], &a->n->attr.softmax_ce);
     return CL_OK;
 }
 
@@ -301,7 +312,8 @@ static cl_status ref_softmax_ce_backward(const cl_ref_args *a)
 {
     if (a->dx[0])
         cl_softmax_ce_backward(a->dx[0], a->sv->probs, a->labels, a->targets,
-                               a->g->batch, 1.0f, &a->n->attr.softmax_ce);
+                               (int)in_shape(a)->d[0], 1.0f,
+                               &a->n->attr.softmax_ce);
     return CL_OK;
 }
 
@@ -354,8 +366,8 @@ static cl_status softmax_ce_saved(cl_ref_saved *sv, const cl_graph *g,
 {
     (void)train;
     (void)sums;
-    sv->probs = alloc_n((size_t)g->batch * (size_t)g->num_classes,
-                        sizeof(float), n->name);
+    sv->probs =
+        alloc_n((size_t)cl_graph_numel(g, n->in[0]), sizeof(float), n->name);
     return sv->probs ? CL_OK : CL_ERR_NOMEM;
 }
 

@@ -131,7 +131,8 @@ typedef struct cl_linear_attr {
     int has_bias;
 } cl_linear_attr;
 
-/* y: (N,out)  x: (N,in)  w: (out,in)  b: (out) or NULL */
+/* Applies over the last dimension: N is the product of the leading ones.
+ * y: (N,out)  x: (N,in)  w: (out,in)  b: (out) or NULL */
 void cl_linear_forward(float *y, const float *x, const float *w, const float *b,
                        int N, const cl_linear_attr *a);
 void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
@@ -172,7 +173,8 @@ void cl_softmax_ce_backward(float *dlogits, const float *probs,
 /* ---- shape rules of the ops above that have no attr-specific rule ------- */
 /* x (N,C,H,W) -> y (N,C). */
 cl_status cl_global_avgpool_infer(const cl_shape *x, cl_shape *y);
-/* x (N,in_features) -> y (N,out_features). */
+/* x (..., in_features) -> y (..., out_features): rank 2..CL_MAX_DIMS, the
+ * leading dimensions any (not necessarily the batch). */
 cl_status cl_linear_infer(const cl_linear_attr *a, const cl_shape *x,
                           cl_shape *y);
 /* logits must be (N, num_classes); label_smoothing in [0, 1]. */

@@ -1,0 +1,49 @@
+/* Small graphs that use the graph beyond ResNet (shared by the ref tests
+ * of test_graph_general.c and the backend parity of
+ * test_onednn_general.c), and how their params and batches are filled.
+ * Header-only (static functions). */
+#ifndef CL_TESTS_GRAPH_CASES_H
+#define CL_TESTS_GRAPH_CASES_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "graph/graph.h"
+
+enum { GN = 2, GC = 3, GH = 4, GW = 5, GK = 4 };
+
+static void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
+{
+    cl_rng r;
+    cl_rng_init(&r, seed, 3);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = lo + (hi - lo) * cl_rng_uniform(&r);
+}
+
+/* Random params in [-0.5, 0.5): no gradient is trivially zero. */
+static void fill_params(cl_graph *g, uint64_t seed)
+{
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].kind == CL_GT_PARAM)
+            fill_uniform(cl_graph_param(g, t), cl_graph_numel(g, t),
+                         seed + (uint64_t)t, -0.5f, 0.5f);
+}
+
+typedef cl_status (*gbuild_fn)(cl_graph *g);
+
+/* x (N,C,H,W) -> proj: linear over W (5 -> 6), (N,C,H,6) -> gap (N,C) ->
+ * fc (C -> K) -> loss.  The projection's rows are N*C*H, not N. */
+static cl_status build_linear4d(cl_graph *g)
+{
+    int x, p, q, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "proj", x, &pa, &p));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", p, &q));
+    CL_TRY(cl_graph_linear(g, "fc", q, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
+#endif

@@ -1,0 +1,127 @@
+/* The graph beyond ResNet, on the ref backend: tensors whose leading
+ * dimensions are not the batch (linear over the last dimension of a 4-d
+ * tensor), every gradient held against finite differences of the loss.
+ * ctest-labels: unit ref */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "core/rng.h"
+#include "fd.h"
+#include "graph/graph.h"
+#include "graph_cases.h"
+#include "harness.h"
+
+/* Finite differences of the f32 loss of a small graph: h 1e-2 on smooth
+ * paths (linear layers and the loss), noise ~1e-5; a wrong or missing
+ * gradient term is off by O(0.1) of the gradient.  rtol 2e-3, atol 1e-4. */
+#define G_H 1e-2f
+#define G_RTOL 2e-3
+#define G_ATOL 1e-4
+
+/* A graph and a ref backend holding one batch. */
+typedef struct gcase {
+    cl_graph g;
+    cl_backend *be;
+    float *x;
+    int32_t labels[GN];
+} gcase;
+
+static cl_status gcase_make(gcase *c, gbuild_fn build, const char *backend)
+{
+    memset(c, 0, sizeof *c);
+    CL_TRY(cl_graph_init(&c->g, GN));
+    CL_TRY(build(&c->g));
+    fill_params(&c->g, 17);
+    int64_t n = cl_graph_numel(&c->g, c->g.input);
+    c->x = cl_alloc((size_t)n * sizeof(float), "test batch");
+    if (!c->x)
+        return CL_ERR_NOMEM;
+    fill_uniform(c->x, n, 5, -1.0f, 1.0f);
+    for (int i = 0; i < GN; i++)
+        c->labels[i] = (int32_t)((3 * i + 1) % GK);
+    CL_TRY(cl_backend_create(&c->be, backend, &c->g, CL_PLAN_TRAIN, NULL));
+    return cl_backend_set_input(c->be, c->x, c->labels, NULL);
+}
+
+static void gcase_free(gcase *c)
+{
+    cl_backend_destroy(c->be);
+    cl_free(c->x);
+    cl_graph_free(&c->g);
+}
+
+static double loss_of(void *ctx)
+{
+    float l = NAN;
+    if (cl_backend_forward(ctx, 1, &l) != CL_OK)
+        return NAN;
+    return l;
+}
+
+/* One training step, then every param's gradient against central
+ * differences of the loss. */
+static void fd_all_params(gcase *c)
+{
+    REQUIRE_OK(cl_backend_forward(c->be, 1, NULL));
+    REQUIRE_OK(cl_backend_backward(c->be));
+    cl_graph *g = &c->g;
+    /* The grad arena is overwritten by no forward: keep it as it is. */
+    cl_rng r;
+    cl_rng_init(&r, 23, 1);
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].kind != CL_GT_PARAM)
+            continue;
+        CL_FD_CHECK(g->tensors[t].name, cl_graph_param(g, t),
+                    cl_graph_numel(g, t), cl_graph_grad(g, t), loss_of, c->be,
+                    G_H, G_RTOL, G_ATOL, &r, 64);
+    }
+}
+
+/* The projection's output has the input's leading dimensions and the
+ * kernel's values row by row; its gradients match finite differences. */
+CL_TEST(linear_over_last_dim_of_4d)
+{
+    gcase c;
+    cl_status s = gcase_make(&c, build_linear4d, "ref");
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        gcase_free(&c);
+        return;
+    }
+    cl_graph *g = &c.g;
+    int proj = g->nodes[0].out;
+    const cl_shape *ps = &g->tensors[proj].shape;
+    CHECK(ps->ndim == 4 && ps->d[0] == GN && ps->d[1] == GC && ps->d[2] == GH &&
+          ps->d[3] == 6);
+    REQUIRE_OK(cl_backend_forward(c.be, 1, NULL));
+    float y[GN * GC * GH * 6], want[GN * GC * GH * 6];
+    REQUIRE_OK(cl_backend_read(c.be, proj, y));
+    cl_linear_forward(want, c.x, cl_graph_param(g, g->nodes[0].param[0]),
+                      cl_graph_param(g, g->nodes[0].param[1]), GN * GC * GH,
+                      &g->nodes[0].attr.linear);
+    CHECK(memcmp(y, want, sizeof y) == 0);
+    fd_all_params(&c);
+    gcase_free(&c);
+}
+
+/* linear's shape rule: ranks 2..5, the leading dimensions kept. */
+CL_TEST(linear_infer_any_rank)
+{
+    cl_linear_attr a = {3, 7, 0};
+    cl_shape x5 = cl_shape_make(5, (int64_t[]){2, 4, 1, 6, 3}), y;
+    REQUIRE_OK(cl_linear_infer(&a, &x5, &y));
+    CHECK(y.ndim == 5 && y.d[0] == 2 && y.d[1] == 4 && y.d[2] == 1 &&
+          y.d[3] == 6 && y.d[4] == 7);
+    cl_shape x1 = cl_shape_make(1, (int64_t[]){3});
+    CHECK_ERR(cl_linear_infer(&a, &x1, &y), CL_ERR_SHAPE,
+              "input has 1 dimensions, expected 2..5");
+    cl_shape x3 = cl_shape_make(3, (int64_t[]){2, 3, 4});
+    CHECK_ERR(cl_linear_infer(&a, &x3, &y), CL_ERR_SHAPE,
+              "input has 4 features, attr.in_features is 3");
+    cl_shape big = cl_shape_make(3, (int64_t[]){1 << 20, 1 << 12, 3});
+    CHECK_ERR(cl_linear_infer(&a, &big, &y), CL_ERR_SHAPE, "rows in all");
+}
