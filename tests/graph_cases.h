@@ -46,4 +46,26 @@ static cl_status build_linear4d(cl_graph *g)
     return cl_graph_finalize(g);
 }
 
+/* Attention's two products: x (N,C,H,W) -> q, k, v: linear over W
+ * (5 -> 6) -> s = q k^T (N,C,H,H) -> o = s v (N,C,H,6) -> gap (N,C) ->
+ * fc -> loss.  Each matmul input takes its own gradient, so every weight's
+ * gradient needs both of a matmul's. */
+static cl_status build_attention(cl_graph *g)
+{
+    int x, q, k, v, s, o, p, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_matmul_attr qk = {1}, sv = {0};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
+    CL_TRY(cl_graph_linear(g, "k", x, &pa, &k));
+    CL_TRY(cl_graph_linear(g, "v", x, &pa, &v));
+    CL_TRY(cl_graph_matmul(g, "qk", q, k, &qk, &s));
+    CL_TRY(cl_graph_matmul(g, "sv", s, v, &sv, &o));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", o, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
 #endif

@@ -1,6 +1,7 @@
 /* The graph beyond ResNet, on the ref backend: tensors whose leading
  * dimensions are not the batch (linear over the last dimension of a 4-d
- * tensor), every gradient held against finite differences of the loss.
+ * tensor), nodes with several differentiable inputs (batched matmul), every
+ * gradient held against finite differences of the loss.
  * ctest-labels: unit ref */
 #include <math.h>
 #include <stdint.h>
@@ -124,4 +125,33 @@ CL_TEST(linear_infer_any_rank)
               "input has 4 features, attr.in_features is 3");
     cl_shape big = cl_shape_make(3, (int64_t[]){1 << 20, 1 << 12, 3});
     CHECK_ERR(cl_linear_infer(&a, &big, &y), CL_ERR_SHAPE, "rows in all");
+}
+
+/* Both inputs of both products take gradients: q, k and v's weights match
+ * finite differences only when each matmul input's gradient is right. */
+CL_TEST(matmul_gradients_for_both_inputs)
+{
+    gcase c;
+    cl_status s = gcase_make(&c, build_attention, "ref");
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        gcase_free(&c);
+        return;
+    }
+    const cl_shape *ss = &c.g.tensors[c.g.nodes[3].out].shape;
+    CHECK(c.g.nodes[3].op == CL_OP_MATMUL && ss->ndim == 4 && ss->d[2] == GH &&
+          ss->d[3] == GH);
+    fd_all_params(&c);
+    gcase_free(&c);
+}
+
+/* The per-op rule of ops.def: which inputs take a gradient. */
+CL_TEST(grad_inputs_per_op)
+{
+    CHECK(cl_op_grad_inputs(CL_OP_ADD) == 0x3u);
+    CHECK(cl_op_grad_inputs(CL_OP_MATMUL) == 0x3u);
+    /* the logits, never the labels or targets */
+    CHECK(cl_op_grad_inputs(CL_OP_SOFTMAX_CE) == 0x1u);
+    CHECK(cl_op_grad_inputs(CL_OP_CONV2D) == 0x1u);
+    CHECK(cl_op_grad_inputs(CL_OP_COUNT) == 0u);
 }

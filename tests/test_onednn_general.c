@@ -109,3 +109,13 @@ CL_TEST(linear_4d_through_fallback_like_ref)
     parity(build_linear4d, &fb);
     CHECK(fb == 1u << CL_OP_LINEAR);
 }
+
+/* The matmuls run through the fallback, each handing back the gradients
+ * of both its inputs into oneDNN's layouts; the linear layers before them
+ * (4-d) too. */
+CL_TEST(matmul_through_fallback_like_ref)
+{
+    unsigned fb;
+    parity(build_attention, &fb);
+    CHECK(fb == (1u << CL_OP_LINEAR | 1u << CL_OP_MATMUL));
+}

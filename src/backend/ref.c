@@ -253,7 +253,8 @@ static cl_status ref_forward(cl_backend *be, int training, float *loss)
  * the first time (kernels overwrite), input k's scratch buffer when
  * another consumer (or an earlier input of the same node) already wrote
  * it (then grad_end adds it in).  NULL when t needs no gradient (the
- * image batch, labels). */
+ * image batch).  Only the inputs the op differentiates get here
+ * (cl_op_grad_inputs). */
 static float *grad_begin(ref_state *st, const cl_graph *g, int t, int k,
                          int *acc)
 {
@@ -304,9 +305,11 @@ static cl_status ref_backward(cl_backend *be)
         } else {
             cl_ref_args a = node_args(be, i);
             int acc[CL_NODE_MAX_IN] = {0};
+            const unsigned wants = cl_op_grad_inputs(n->op);
             a.dy = is_loss ? NULL : st->grad[n->out];
             for (int k = 0; k < n->n_in; k++)
-                a.dx[k] = grad_begin(st, g, n->in[k], k, &acc[k]);
+                if (wants >> k & 1u)
+                    a.dx[k] = grad_begin(st, g, n->in[k], k, &acc[k]);
             CL_TRY(cl_ref_kernels[n->op].backward(&a));
             for (int k = 0; k < n->n_in; k++)
                 grad_end(st, g, n->in[k], k, acc[k]);

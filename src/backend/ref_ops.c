@@ -296,6 +296,27 @@ static cl_status ref_add_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+static cl_matmul_dims matmul_dims(const cl_ref_args *a)
+{
+    const cl_shape *b = &a->g->tensors[a->n->in[1]].shape;
+    return cl_matmul_dims_of(&a->n->attr.matmul, in_shape(a), b);
+}
+
+static cl_status ref_matmul_forward(const cl_ref_args *a)
+{
+    cl_matmul_dims d = matmul_dims(a);
+    cl_matmul_forward(a->y, a->x[0], a->x[1], &d, &a->n->attr.matmul);
+    return CL_OK;
+}
+
+static cl_status ref_matmul_backward(const cl_ref_args *a)
+{
+    cl_matmul_dims d = matmul_dims(a);
+    cl_matmul_backward(a->dx[0], a->dx[1], a->dy, a->x[0], a->x[1], &d,
+                       &a->n->attr.matmul);
+    return CL_OK;
+}
+
 static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
 {
     if (!a->labels && !a->targets) {
@@ -318,7 +339,7 @@ static cl_status ref_softmax_ce_backward(const cl_ref_args *a)
 }
 
 const cl_ref_kernel cl_ref_kernels[CL_OP_COUNT] = {
-#define CL_OP(NAME, stem)                                                      \
+#define CL_OP(NAME, stem, grads)                                               \
     [CL_OP_##NAME] = {ref_##stem##_forward, ref_##stem##_backward},
 #include "ops/ops.def"
 #undef CL_OP
@@ -377,7 +398,7 @@ static const saved_fn op_saved[CL_OP_COUNT] = {
     [CL_OP_MAXPOOL2D] = maxpool2d_saved,
     [CL_OP_SOFTMAX_CE] = softmax_ce_saved,
 };
-CL_OP_TABLE_CHECK(op_saved, 8);
+CL_OP_TABLE_CHECK(op_saved, 9);
 
 cl_status cl_ref_saved_alloc(cl_ref_saved *sv, const cl_graph *g,
                              const cl_node *n, int train, size_t *sums)

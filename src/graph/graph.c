@@ -338,6 +338,27 @@ cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out)
     return CL_OK;
 }
 
+cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
+                          const cl_matmul_attr *attr, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, a, "first input"));
+    CL_TRY(check_tensor(g, name, b, "second input"));
+    cl_shape ys;
+    cl_status s =
+        cl_matmul_infer(attr, &g->tensors[a].shape, &g->tensors[b].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_MATMUL, name, ys, &n));
+    n->attr.matmul = *attr;
+    n->in[0] = a;
+    n->in[1] = b;
+    n->n_in = 2;
+    *out = n->out;
+    return CL_OK;
+}
+
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft)
 {
@@ -515,11 +536,19 @@ static int64_t linear_macs(const cl_graph *g, const cl_node *n)
     return (int64_t)n->attr.linear.in_features * n->attr.linear.out_features;
 }
 
+/* Per image: the batch's products over the graph's batch size. */
+static int64_t matmul_macs(const cl_graph *g, const cl_node *n)
+{
+    const cl_shape *a = &g->tensors[n->in[0]].shape;
+    return cl_graph_numel(g, n->out) * a->d[a->ndim - 1] / g->batch;
+}
+
 static const node_macs_fn node_macs[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = conv2d_macs,
     [CL_OP_LINEAR] = linear_macs,
+    [CL_OP_MATMUL] = matmul_macs,
 };
-CL_OP_TABLE_CHECK(node_macs, 8);
+CL_OP_TABLE_CHECK(node_macs, 9);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {

@@ -57,6 +57,7 @@ typedef union cl_op_attr {
     cl_maxpool2d_attr maxpool2d;
     cl_linear_attr linear;
     cl_softmax_ce_attr softmax_ce;
+    cl_matmul_attr matmul;
 } cl_op_attr;
 
 enum { CL_NODE_MAX_IN = 3, CL_NODE_MAX_PARAM = 2, CL_NODE_MAX_BUF = 2 };
@@ -67,8 +68,9 @@ typedef struct cl_node {
     cl_op_attr attr;
     /* Tensor indices.  conv2d/linear: in[0]=x, param = {weight, bias?};
      * batchnorm2d: in[0]=x, param = {gamma, beta}, buf = {running_mean,
-     * running_var}; add: in = {a, b}; softmax_ce: in = {logits, labels or
-     * targets}; others: in[0]=x. */
+     * running_var}; add: in = {a, b}; matmul: in = {a, b}; softmax_ce:
+     * in = {logits, labels or targets}; others: in[0]=x.  Which inputs
+     * take a gradient is the op's (cl_op_grad_inputs). */
     int in[CL_NODE_MAX_IN];
     int n_in;
     int param[CL_NODE_MAX_PARAM];
@@ -126,6 +128,10 @@ cl_status cl_graph_global_avgpool(cl_graph *g, const char *name, int x,
 cl_status cl_graph_linear(cl_graph *g, const char *name, int x,
                           const cl_linear_attr *a, int *out);
 cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out);
+/* a b (a b^T with attr->trans_b) over the last two dimensions of two
+ * activations (cl_matmul_infer); both take gradients. */
+cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
+                          const cl_matmul_attr *attr, int *out);
 /* Adds the loss over logits; soft != 0 takes (N, K) targets instead of
  * integer labels.  Sets g->logits, g->labels or g->targets, g->loss. */
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,

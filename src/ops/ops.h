@@ -16,7 +16,7 @@
 #include "tensor/tensor.h"
 
 typedef enum cl_op_kind {
-#define CL_OP(NAME, stem) CL_OP_##NAME,
+#define CL_OP(NAME, stem, grads) CL_OP_##NAME,
 #include "ops/ops.def"
 #undef CL_OP
     CL_OP_COUNT
@@ -24,6 +24,9 @@ typedef enum cl_op_kind {
 
 /* "conv2d" for CL_OP_CONV2D. */
 const char *cl_op_name(cl_op_kind k);
+/* The inputs of an op that take a gradient in backward: bit k for input k
+ * (ops.def's third column; 0 for an unknown op). */
+unsigned cl_op_grad_inputs(cl_op_kind k);
 
 /* Every table indexed by op (the reference kernels, oneDNN planning, ONNX
  * export, init, MACs) is declared [CL_OP_COUNT] and checked with this
@@ -144,6 +147,38 @@ void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
 void cl_add_forward(float *y, const float *a, const float *b, int64_t n);
 /* da and db receive dy (either may be NULL or alias dy). */
 void cl_add_backward(float *da, float *db, const float *dy, int64_t n);
+
+/* ---- matmul (batched) ---------------------------------------------------- */
+/* y = a b, or a b^T with trans_b, over the last two dimensions, for every
+ * index of the leading ones (attention's q k^T and attn v).  a is
+ * (..., M, K) of rank 2..5; b is (..., K, N) ((..., N, K) with trans_b)
+ * with a's leading dimensions, or 2-d: one matrix for every index.
+ * y is (..., M, N). */
+typedef struct cl_matmul_attr {
+    int trans_b;
+} cl_matmul_attr;
+
+cl_status cl_matmul_infer(const cl_matmul_attr *at, const cl_shape *a,
+                          const cl_shape *b, cl_shape *y);
+/* The sizes of one call: B matrices of (M,K) x (K,N); b_batched 0 when b
+ * is one matrix for all B (its gradient then sums over them). */
+typedef struct cl_matmul_dims {
+    int B, M, K, N;
+    int b_batched;
+} cl_matmul_dims;
+
+/* The kernel sizes of a valid (cl_matmul_infer) pair of shapes. */
+cl_matmul_dims cl_matmul_dims_of(const cl_matmul_attr *at, const cl_shape *a,
+                                 const cl_shape *b);
+/* y: (B,M,N)  a: (B,M,K)  b: (B or 1,K,N), (B or 1,N,K) with trans_b.
+ * Sums in double, in order of k. */
+void cl_matmul_forward(float *y, const float *a, const float *b,
+                       const cl_matmul_dims *d, const cl_matmul_attr *at);
+/* da = dy b^T (dy b with trans_b); db = a^T dy (dy^T a with trans_b),
+ * summed over B when b is one matrix.  Either gradient may be NULL. */
+void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
+                        const float *b, const cl_matmul_dims *d,
+                        const cl_matmul_attr *at);
 
 /* ---- softmax cross-entropy ------------------------------------------------
  */

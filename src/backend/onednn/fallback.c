@@ -171,7 +171,9 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
     dn_step *s;
     TRY(cl_dnnl_out_grad(d, i, &dy));
     TRY(cl_dnnl_bwd_copy(d, i, "fallback: dy to plain", dy, omd, &ym, &dy));
-    /* Where each input's gradient goes, and its plain f32 buffer. */
+    /* Where each input's gradient goes, and its plain f32 buffer; only the
+     * inputs the op differentiates (cl_op_grad_inputs) have one. */
+    const unsigned wants = cl_op_grad_inputs(n->op);
     for (int k = 0; k < n->n_in; k++) {
         int x = n->in[k];
         tgt[k] = dx[k] = -1;
@@ -180,7 +182,7 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
             continue;
         const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
         xm[k] = plain_f32(md);
-        if (gt(d, x)->kind != CL_GT_ACT)
+        if (gt(d, x)->kind != CL_GT_ACT || !(wants >> k & 1u))
             continue;
         TRY(cl_dnnl_grad_target(d, i, x, &tgt[k], &acc[k]));
         if (tgt[k] < 0)
