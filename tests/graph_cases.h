@@ -68,4 +68,22 @@ static cl_status build_attention(cl_graph *g)
     return cl_graph_finalize(g);
 }
 
+/* x (N,C,H,W) -> bn -> gap -> fc -> loss, with an I64 buffer "rel.index"
+ * (3,2) that no node reads: the state a checkpoint carries beside BN's. */
+static cl_status build_bn_index(cl_graph *g)
+{
+    int x, b, p, y, ix;
+    cl_batchnorm2d_attr ba = cl_batchnorm2d_attr_make(GC);
+    cl_linear_attr fa = {GC, GK, 1};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn", x, &ba, &b));
+    CL_TRY(cl_graph_buffer_add(
+        g, "rel.index", cl_shape_make(2, (int64_t[]){3, 2}), CL_I64, &ix));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", b, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
 #endif

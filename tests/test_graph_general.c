@@ -1,7 +1,8 @@
 /* The graph beyond ResNet, on the ref backend: tensors whose leading
  * dimensions are not the batch (linear over the last dimension of a 4-d
  * tensor), nodes with several differentiable inputs (batched matmul), every
- * gradient held against finite differences of the loss.
+ * gradient held against finite differences of the loss; integer (I64)
+ * buffers through a checkpoint.
  * ctest-labels: unit ref */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,8 @@
 #include "graph/graph.h"
 #include "graph_cases.h"
 #include "harness.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 
 /* Finite differences of the f32 loss of a small graph: h 1e-2 on smooth
  * paths (linear layers and the loss), noise ~1e-5; a wrong or missing
@@ -154,4 +157,75 @@ CL_TEST(grad_inputs_per_op)
     CHECK(cl_op_grad_inputs(CL_OP_SOFTMAX_CE) == 0x1u);
     CHECK(cl_op_grad_inputs(CL_OP_CONV2D) == 0x1u);
     CHECK(cl_op_grad_inputs(CL_OP_COUNT) == 0u);
+}
+
+/* Values an f32 count would not keep (2^40 + 3) and negatives. */
+static const int64_t INDEX[6] = {0, 5, -7, (INT64_C(1) << 40) + 3, 2, 1};
+
+/* An I64 buffer is written as int64 with its shape and read back
+ * exactly, beside BN's buffers; num_batches_tracked stays what it was: a
+ * 0-d int64 in the file, a float count in the graph. */
+CL_TEST(checkpoint_i64_buffer_round_trip)
+{
+    cl_graph g, h;
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    REQUIRE_OK(build_bn_index(&g));
+    REQUIRE_OK(cl_graph_init(&h, GN));
+    REQUIRE_OK(build_bn_index(&h));
+    int ix = cl_graph_find(&g, "rel.index");
+    int nbt = cl_graph_find(&g, "bn.num_batches_tracked");
+    int rm = cl_graph_find(&g, "bn.running_mean");
+    REQUIRE(ix >= 0 && nbt >= 0 && rm >= 0);
+    CHECK(g.tensors[ix].dtype == CL_I64);
+    memcpy(cl_graph_buffer_i64(&g, ix), INDEX, sizeof INDEX);
+    cl_graph_buffer(&g, nbt)[0] = 5.0f;
+    fill_uniform(cl_graph_buffer(&g, rm), GC, 3, -1.0f, 1.0f);
+    fill_params(&g, 9);
+    const char *path = cl_test_path("i64.safetensors");
+    REQUIRE_OK(cl_ckpt_save_model(path, &g, NULL, 0));
+
+    cl_st_file *f = NULL;
+    REQUIRE_OK(cl_st_open(&f, path));
+    long fi = cl_st_find(f, "rel.index"),
+         fn = cl_st_find(f, "bn.num_batches_tracked");
+    REQUIRE(fi >= 0 && fn >= 0);
+    cl_st_dtype dt;
+    cl_shape fs;
+    cl_st_info(f, (size_t)fi, &dt, &fs);
+    CHECK(dt == CL_ST_I64 && fs.ndim == 2 && fs.d[0] == 3 && fs.d[1] == 2);
+    int64_t got[6] = {0};
+    CHECK_OK(cl_st_read_i64(f, (size_t)fi, got, 6));
+    CHECK(memcmp(got, INDEX, sizeof INDEX) == 0);
+    cl_st_info(f, (size_t)fn, &dt, &fs);
+    CHECK(dt == CL_ST_I64 && fs.ndim == 0);
+    CHECK_OK(cl_st_read_i64(f, (size_t)fn, got, 1));
+    CHECK(got[0] == 5);
+    cl_st_close(f);
+
+    cl_ckpt_load_report rep;
+    REQUIRE_OK(cl_ckpt_load_model(path, &h, CL_CKPT_STRICT, &rep));
+    CHECK(memcmp(cl_graph_buffer_i64(&h, ix), INDEX, sizeof INDEX) == 0);
+    CHECK(cl_graph_buffer(&h, nbt)[0] == 5.0f);
+    CHECK(memcmp(cl_graph_buffer(&h, rm), cl_graph_buffer(&g, rm),
+                 GC * sizeof(float)) == 0);
+    CHECK(memcmp(h.params, g.params, g.n_param_floats * sizeof(float)) == 0);
+    cl_graph_free(&g);
+    cl_graph_free(&h);
+}
+
+CL_TEST(buffer_add_errors)
+{
+    cl_graph g;
+    int t;
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    cl_shape s = cl_shape_make(1, (int64_t[]){4});
+    REQUIRE_OK(cl_graph_buffer_add(&g, "a.index", s, CL_I64, &t));
+    CHECK_ERR(cl_graph_buffer_add(&g, "a.index", s, CL_I64, &t), CL_ERR_ARG,
+              "a.index: the graph already has a tensor of this name");
+    CHECK_ERR(cl_graph_buffer_add(&g, "b", s, CL_I32, &t), CL_ERR_ARG,
+              "b: buffer of dtype i32, expected f32 or i64");
+    cl_shape z = cl_shape_make(1, (int64_t[]){0});
+    CHECK_ERR(cl_graph_buffer_add(&g, "c", z, CL_F32, &t), CL_ERR_SHAPE,
+              "c: buffer dimension 0 is 0");
+    cl_graph_free(&g);
 }

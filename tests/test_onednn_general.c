@@ -119,3 +119,12 @@ CL_TEST(matmul_through_fallback_like_ref)
     parity(build_attention, &fb);
     CHECK(fb == (1u << CL_OP_LINEAR | 1u << CL_OP_MATMUL));
 }
+
+/* An I64 buffer in the buffer arena leaves the plan and BN's buffers
+ * alone: every op on oneDNN's own kernels. */
+CL_TEST(i64_buffer_beside_bn_like_ref)
+{
+    unsigned fb;
+    parity(build_bn_index, &fb);
+    CHECK(fb == 0);
+}

@@ -400,6 +400,31 @@ cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
     return CL_OK;
 }
 
+cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
+                              cl_dtype dtype, int *out)
+{
+    CL_TRY(check_open(g, name ? name : "buffer"));
+    if (!name || !name[0])
+        return cl_error(CL_ERR_ARG, "graph: a buffer has no name");
+    if (dtype != CL_F32 && dtype != CL_I64)
+        return cl_error(CL_ERR_ARG,
+                        "%s: buffer of dtype %s, expected f32 or "
+                        "i64",
+                        name, cl_dtype_name(dtype));
+    if (cl_graph_find(g, name) >= 0)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the graph already has a tensor of "
+                        "this name",
+                        name);
+    for (int k = 0; k < shape.ndim; k++)
+        if (shape.d[k] < 1 || shape.d[k] > INT32_MAX)
+            return cl_error(CL_ERR_SHAPE,
+                            "%s: buffer dimension %d is %lld, expected "
+                            "1..%d",
+                            name, k, (long long)shape.d[k], INT32_MAX);
+    return add_tensor(g, out, CL_GT_BUFFER, shape, dtype, -1, "%s", name);
+}
+
 cl_status cl_graph_finalize(cl_graph *g)
 {
     if (g->finalized)
@@ -417,7 +442,8 @@ cl_status cl_graph_finalize(cl_graph *g)
             continue;
         int64_t ne = cl_shape_numel(&t->shape);
         size_t *acc = t->kind == CL_GT_PARAM ? &np : &nb;
-        size_t step = align_floats((size_t)ne);
+        size_t per = cl_dtype_size(t->dtype) / sizeof(float);
+        size_t step = align_floats((size_t)ne * per);
         if (step > SIZE_MAX / sizeof(float) - *acc)
             return cl_error(CL_ERR_LIMIT, "graph: arena size overflows at %s",
                             t->name);
@@ -488,8 +514,18 @@ float *cl_graph_grad(const cl_graph *g, int tensor)
 float *cl_graph_buffer(const cl_graph *g, int tensor)
 {
     CL_ASSERT(g->finalized && tensor >= 0 && tensor < g->n_tensors &&
-              g->tensors[tensor].kind == CL_GT_BUFFER);
+              g->tensors[tensor].kind == CL_GT_BUFFER &&
+              g->tensors[tensor].dtype == CL_F32);
     return g->buffers + g->tensors[tensor].offset;
+}
+
+int64_t *cl_graph_buffer_i64(const cl_graph *g, int tensor)
+{
+    CL_ASSERT(g->finalized && tensor >= 0 && tensor < g->n_tensors &&
+              g->tensors[tensor].kind == CL_GT_BUFFER &&
+              g->tensors[tensor].dtype == CL_I64);
+    /* The tensor starts on a 64-byte line: aligned for int64. */
+    return (int64_t *)(void *)(g->buffers + g->tensors[tensor].offset);
 }
 
 int cl_graph_find(const cl_graph *g, const char *name)

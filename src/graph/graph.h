@@ -24,7 +24,7 @@ typedef enum cl_gtensor_kind {
     CL_GT_TARGETS,   /* soft targets (N, K), e.g. MixUp / CutMix */
     CL_GT_ACT,       /* an activation made by a node */
     CL_GT_PARAM,     /* learnable: view into the param and grad arenas */
-    CL_GT_BUFFER,    /* state that is not learned: BN running stats */
+    CL_GT_BUFFER,    /* state that is not learned: BN running stats, indices */
     CL_GT_LOSS       /* the scalar mean loss */
 } cl_gtensor_kind;
 
@@ -41,12 +41,13 @@ typedef struct cl_gtensor {
     /* params and buffers: state_dict name ("layer1.0.bn1.weight") */
     char name[64];
     cl_gtensor_kind kind;
-    cl_shape shape; /* logical NCHW / OIHW shape */
-    cl_dtype dtype;
+    cl_shape shape;  /* logical NCHW / OIHW shape */
+    cl_dtype dtype;  /* F32; a BUFFER may be I64 (cl_graph_buffer_i64) */
     int producer;    /* node index, or -1 */
     int n_consumers; /* nodes that read it */
     int last_use;    /* index of the last node reading it in forward, or -1 */
-    /* PARAM and BUFFER only: offsets (in floats) into the arenas. */
+    /* PARAM and BUFFER only: offsets (in floats) into the arenas; an I64
+     * buffer takes two floats' room per element. */
     size_t offset;
     int param_flags; /* CL_PARAM_* */
 } cl_gtensor;
@@ -137,6 +138,14 @@ cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft);
 
+/* A buffer of the model that no node's builder makes: state that is not
+ * learned, saved and loaded by name ("layers.0.blocks.0.attn.
+ * relative_position_index"), dtype CL_F32 or CL_I64 (written as int64 in
+ * checkpoints).  Zero after finalize until the model fills it; a node
+ * reads it through its buf[] (the builder that takes it). */
+cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
+                              cl_dtype dtype, int *out);
+
 /* Allocates the arenas (zeroed) and fixes consumers / last uses.  After
  * this, no node may be added. */
 cl_status cl_graph_finalize(cl_graph *g);
@@ -144,7 +153,10 @@ cl_status cl_graph_finalize(cl_graph *g);
 /* ---- arenas ------------------------------------------------------------ */
 float *cl_graph_param(const cl_graph *g, int tensor);
 float *cl_graph_grad(const cl_graph *g, int tensor);
+/* An F32 buffer. */
 float *cl_graph_buffer(const cl_graph *g, int tensor);
+/* An I64 buffer. */
+int64_t *cl_graph_buffer_i64(const cl_graph *g, int tensor);
 /* Index of the param or buffer tensor with this state_dict name, or -1. */
 int cl_graph_find(const cl_graph *g, const char *name);
 
