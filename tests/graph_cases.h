@@ -86,4 +86,35 @@ static cl_status build_bn_index(cl_graph *g)
     return cl_graph_finalize(g);
 }
 
+/* The relative position index of build_bias: repeats (row 3 three
+ * times, its gradient a sum) and rows no position reads (2, 4, 5). */
+static const int64_t BIAS_INDEX[6] = {0, 3, 3, 6, 1, 3};
+
+/* A node with no activation input: x (N,C,H,W) -> q: linear over W
+ * (5 -> 6); bias = table_gather(table (7,6), index (6)) -> (6,6);
+ * s = q bias (one matrix for every (n,c)) -> gap -> fc -> loss.  The
+ * index is filled after finalize, as a model fills it. */
+static cl_status build_bias(cl_graph *g)
+{
+    int x, q, ix, b, s, p, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_table_gather_attr ta = {7, 6};
+    cl_matmul_attr ma = {0};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
+    CL_TRY(cl_graph_buffer_add(g, "attn.relative_position_index",
+                               cl_shape_make(1, (int64_t[]){6}), CL_I64, &ix));
+    CL_TRY(cl_graph_table_gather(
+        g, "attn.bias", "attn.relative_position_bias_table", ix, &ta, &b));
+    CL_TRY(cl_graph_matmul(g, "qb", q, b, &ma, &s));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", s, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    CL_TRY(cl_graph_finalize(g));
+    for (int k = 0; k < 6; k++)
+        cl_graph_buffer_i64(g, ix)[k] = BIAS_INDEX[k];
+    return CL_OK;
+}
+
 #endif

@@ -1,8 +1,9 @@
 /* The graph beyond ResNet, on the ref backend: tensors whose leading
  * dimensions are not the batch (linear over the last dimension of a 4-d
  * tensor), nodes with several differentiable inputs (batched matmul), every
- * gradient held against finite differences of the loss; integer (I64)
- * buffers through a checkpoint.
+ * gradient held against finite differences of the loss; a node that reads
+ * only a parameter and a buffer; integer (I64) buffers through a
+ * checkpoint.
  * ctest-labels: unit ref */
 #include <math.h>
 #include <stdint.h>
@@ -227,5 +228,63 @@ CL_TEST(buffer_add_errors)
     cl_shape z = cl_shape_make(1, (int64_t[]){0});
     CHECK_ERR(cl_graph_buffer_add(&g, "c", z, CL_F32, &t), CL_ERR_SHAPE,
               "c: buffer dimension 0 is 0");
+    cl_graph_free(&g);
+}
+
+/* The gather node has no activation input; its table takes a gradient
+ * (rows summed where the index repeats, zero where no position reads it)
+ * that matches finite differences. */
+CL_TEST(param_only_node_gets_its_gradient)
+{
+    gcase c;
+    cl_status s = gcase_make(&c, build_bias, "ref");
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        gcase_free(&c);
+        return;
+    }
+    cl_graph *g = &c.g;
+    const cl_node *n = &g->nodes[1];
+    REQUIRE(n->op == CL_OP_TABLE_GATHER && n->n_in == 0 && n->n_param == 1);
+    const cl_shape *bs = &g->tensors[n->out].shape;
+    CHECK(bs->ndim == 2 && bs->d[0] == 6 && bs->d[1] == 6);
+    REQUIRE_OK(cl_backend_forward(c.be, 1, NULL));
+    float b[36];
+    REQUIRE_OK(cl_backend_read(c.be, n->out, b));
+    const float *table = cl_graph_param(g, n->param[0]);
+    for (int i = 0; i < 6; i++)
+        CHECK(memcmp(b + 6 * i, table + 6 * BIAS_INDEX[i], 6 * sizeof(float)) ==
+              0);
+    fd_all_params(&c);
+    const float *dt = cl_graph_grad(g, n->param[0]);
+    for (int k = 0; k < 6; k++)
+        CHECK(dt[2 * 6 + k] == 0.0f && dt[4 * 6 + k] == 0.0f &&
+              dt[5 * 6 + k] == 0.0f);
+    /* An index outside the table stops forward naming the node. */
+    cl_graph_buffer_i64(g, n->buf[0])[2] = 7;
+    CHECK_ERR(cl_backend_forward(c.be, 1, NULL), CL_ERR_ARG,
+              "attn.bias: table_gather: index[2] is 7, expected 0..6");
+    gcase_free(&c);
+}
+
+CL_TEST(table_gather_builder_errors)
+{
+    cl_graph g;
+    int x, ix, fx, y;
+    cl_table_gather_attr ta = {7, 6};
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    REQUIRE_OK(cl_graph_input(&g, GC, GH, GW, &x));
+    cl_shape s1 = cl_shape_make(1, (int64_t[]){6});
+    REQUIRE_OK(cl_graph_buffer_add(&g, "ix", s1, CL_I64, &ix));
+    REQUIRE_OK(cl_graph_buffer_add(&g, "fx", s1, CL_F32, &fx));
+    CHECK_ERR(cl_graph_table_gather(&g, "t", "t.table", fx, &ta, &y),
+              CL_ERR_ARG, "t: the index (tensor");
+    CHECK_ERR(cl_graph_table_gather(&g, "t", "ix", ix, &ta, &y), CL_ERR_ARG,
+              "t: the table's name 'ix' is empty or taken");
+    cl_table_gather_attr bad = {0, 6};
+    CHECK_ERR(cl_graph_table_gather(&g, "t", "t.table", ix, &bad, &y),
+              CL_ERR_SHAPE, "t: table_gather: attr.rows 0");
+    REQUIRE_OK(cl_graph_table_gather(&g, "t", "t.table", ix, &ta, &y));
+    CHECK(g.tensors[y].shape.ndim == 2 && g.tensors[y].shape.d[1] == 6);
     cl_graph_free(&g);
 }

@@ -128,3 +128,14 @@ CL_TEST(i64_buffer_beside_bn_like_ref)
     parity(build_bn_index, &fb);
     CHECK(fb == 0);
 }
+
+/* A node with no activation input runs through the fallback: its output
+ * made from the table alone, the table's gradient from the matmul's
+ * second input gradient handed back to it. */
+CL_TEST(param_only_node_through_fallback_like_ref)
+{
+    unsigned fb;
+    parity(build_bias, &fb);
+    CHECK(fb ==
+          (1u << CL_OP_LINEAR | 1u << CL_OP_MATMUL | 1u << CL_OP_TABLE_GATHER));
+}

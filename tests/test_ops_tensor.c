@@ -121,3 +121,52 @@ CL_TEST(matmul_grad_fd)
             CHECK(db[0] == keep);
         }
 }
+
+/* ---- table_gather ------------------------------------------------------ */
+
+typedef struct tg_case {
+    float *table, *y, *r;
+    const int64_t *index;
+    int64_t M;
+    int cols;
+} tg_case;
+
+static double tg_loss(void *ctx)
+{
+    tg_case *c = ctx;
+    cl_table_gather_forward(c->y, c->table, c->index, c->M, c->cols);
+    return cl_fd_dot(c->y, c->r, c->M * c->cols);
+}
+
+CL_TEST(table_gather_values_grad_and_errors)
+{
+    enum { R = 5, C = 3, M = 7 };
+    static const int64_t index[M] = {4, 0, 4, 2, 4, 0, 1};
+    float table[R * C], y[M * C], r[M * C], dt[R * C];
+    cl_rng rng;
+    cl_rng_init(&rng, 43, 0);
+    cl_fd_uniform(table, R * C, -1, 1, &rng);
+    cl_fd_uniform(r, M * C, -1, 1, &rng);
+    cl_table_gather_forward(y, table, index, M, C);
+    for (int i = 0; i < M; i++)
+        CHECK(memcmp(y + C * i, table + C * index[i], C * sizeof(float)) == 0);
+    tg_case c = {table, y, r, index, M, C};
+    cl_table_gather_backward(dt, r, index, M, R, C);
+    CL_FD_CHECK("table_gather dtable", table, R * C, dt, tg_loss, &c, LIN_H,
+                LIN_RTOL, LIN_ATOL, &rng, 256);
+    for (int k = 0; k < C; k++)
+        CHECK(dt[3 * C + k] == 0.0f); /* row 3 is never read */
+
+    REQUIRE_OK(cl_table_gather_check(index, M, R));
+    CHECK_ERR(cl_table_gather_check(index, M, 4), CL_ERR_ARG,
+              "index[0] is 4, expected 0..3");
+    const int64_t neg[2] = {0, -1};
+    CHECK_ERR(cl_table_gather_check(neg, 2, R), CL_ERR_ARG, "index[1] is -1");
+    cl_table_gather_attr a = {R, C};
+    cl_shape is = cl_shape_make(2, (int64_t[]){2, 3}), ys;
+    REQUIRE_OK(cl_table_gather_infer(&a, &is, &ys));
+    CHECK(ys.ndim == 3 && ys.d[0] == 2 && ys.d[1] == 3 && ys.d[2] == C);
+    cl_shape i5 = cl_shape_make(5, (int64_t[]){1, 1, 1, 1, 1});
+    CHECK_ERR(cl_table_gather_infer(&a, &i5, &ys), CL_ERR_SHAPE,
+              "index has 5 dimensions, expected 1..4");
+}

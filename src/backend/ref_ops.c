@@ -317,6 +317,33 @@ static cl_status ref_matmul_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+/* The index comes from a checkpoint or a model's builder: checked at
+ * every forward, an error naming the node rather than a wild read. */
+static cl_status ref_table_gather_forward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_table_gather_attr *at = &n->attr.table_gather;
+    const int64_t *ix = cl_graph_buffer_i64(a->g, n->buf[0]);
+    const int64_t M = cl_graph_numel(a->g, n->buf[0]);
+    cl_status s = cl_table_gather_check(ix, M, at->rows);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", n->name);
+    cl_table_gather_forward(a->y, cl_graph_param(a->g, n->param[0]), ix, M,
+                            at->cols);
+    return CL_OK;
+}
+
+static cl_status ref_table_gather_backward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_table_gather_attr *at = &n->attr.table_gather;
+    cl_table_gather_backward(cl_graph_grad(a->g, n->param[0]), a->dy,
+                             cl_graph_buffer_i64(a->g, n->buf[0]),
+                             cl_graph_numel(a->g, n->buf[0]), at->rows,
+                             at->cols);
+    return CL_OK;
+}
+
 static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
 {
     if (!a->labels && !a->targets) {
@@ -398,7 +425,7 @@ static const saved_fn op_saved[CL_OP_COUNT] = {
     [CL_OP_MAXPOOL2D] = maxpool2d_saved,
     [CL_OP_SOFTMAX_CE] = softmax_ce_saved,
 };
-CL_OP_TABLE_CHECK(op_saved, 9);
+CL_OP_TABLE_CHECK(op_saved, 10);
 
 cl_status cl_ref_saved_alloc(cl_ref_saved *sv, const cl_graph *g,
                              const cl_node *n, int train, size_t *sums)

@@ -359,6 +359,39 @@ cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
     return CL_OK;
 }
 
+cl_status cl_graph_table_gather(cl_graph *g, const char *name,
+                                const char *table, int index,
+                                const cl_table_gather_attr *attr, int *out)
+{
+    CL_TRY(check_open(g, name));
+    if (index < 0 || index >= g->n_tensors ||
+        g->tensors[index].kind != CL_GT_BUFFER ||
+        g->tensors[index].dtype != CL_I64)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the index (tensor %d) is not an i64 buffer", name,
+                        index);
+    if (!table || !table[0] || cl_graph_find(g, table) >= 0)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the table's name '%s' is empty or taken", name,
+                        table ? table : "");
+    cl_shape ys;
+    cl_status s = cl_table_gather_infer(attr, &g->tensors[index].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_TABLE_GATHER, name, ys, &n));
+    int ni = (int)(n - g->nodes), t;
+    n->attr.table_gather = *attr;
+    n->n_in = 0;
+    n->buf[n->n_buf++] = index;
+    int64_t td[2] = {attr->rows, attr->cols};
+    CL_TRY(add_tensor(g, &t, CL_GT_PARAM, cl_shape_make(2, td), CL_F32, -1,
+                      "%s", table));
+    g->nodes[ni].param[g->nodes[ni].n_param++] = t;
+    *out = g->nodes[ni].out;
+    return CL_OK;
+}
+
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft)
 {
@@ -584,7 +617,7 @@ static const node_macs_fn node_macs[CL_OP_COUNT] = {
     [CL_OP_LINEAR] = linear_macs,
     [CL_OP_MATMUL] = matmul_macs,
 };
-CL_OP_TABLE_CHECK(node_macs, 9);
+CL_OP_TABLE_CHECK(node_macs, 10);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {

@@ -59,6 +59,7 @@ typedef union cl_op_attr {
     cl_linear_attr linear;
     cl_softmax_ce_attr softmax_ce;
     cl_matmul_attr matmul;
+    cl_table_gather_attr table_gather;
 } cl_op_attr;
 
 enum { CL_NODE_MAX_IN = 3, CL_NODE_MAX_PARAM = 2, CL_NODE_MAX_BUF = 2 };
@@ -70,8 +71,9 @@ typedef struct cl_node {
     /* Tensor indices.  conv2d/linear: in[0]=x, param = {weight, bias?};
      * batchnorm2d: in[0]=x, param = {gamma, beta}, buf = {running_mean,
      * running_var}; add: in = {a, b}; matmul: in = {a, b}; softmax_ce:
-     * in = {logits, labels or targets}; others: in[0]=x.  Which inputs
-     * take a gradient is the op's (cl_op_grad_inputs). */
+     * in = {logits, labels or targets}; table_gather: no input (n_in 0),
+     * param = {table}, buf = {index}; others: in[0]=x.  Which inputs take
+     * a gradient is the op's (cl_op_grad_inputs). */
     int in[CL_NODE_MAX_IN];
     int n_in;
     int param[CL_NODE_MAX_PARAM];
@@ -133,6 +135,13 @@ cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out);
  * activations (cl_matmul_infer); both take gradients. */
 cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
                           const cl_matmul_attr *attr, int *out);
+/* A node that reads no activation: the rows of a new learnable table
+ * (attr->rows, attr->cols), state_dict name `table`, picked by `index`,
+ * an I64 buffer (cl_graph_buffer_add) the model fills after finalize;
+ * out is (index's shape, cols).  The table takes its gradient. */
+cl_status cl_graph_table_gather(cl_graph *g, const char *name,
+                                const char *table, int index,
+                                const cl_table_gather_attr *attr, int *out);
 /* Adds the loss over logits; soft != 0 takes (N, K) targets instead of
  * integer labels.  Sets g->logits, g->labels or g->targets, g->loss. */
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,

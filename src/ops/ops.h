@@ -180,6 +180,31 @@ void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
                         const float *b, const cl_matmul_dims *d,
                         const cl_matmul_attr *at);
 
+/* ---- table_gather --------------------------------------------------------
+ */
+/* Rows of a learnable table picked by a fixed integer index: Swin's
+ * relative position bias, table (T, heads) and index (L*L) giving
+ * (L*L, heads).  A node that reads a parameter and a buffer and no
+ * activation. */
+typedef struct cl_table_gather_attr {
+    int rows, cols; /* the table's shape */
+} cl_table_gather_attr;
+
+/* index of rank 1..4 (any positive sizes) -> y: index's shape + (cols). */
+cl_status cl_table_gather_infer(const cl_table_gather_attr *a,
+                                const cl_shape *index, cl_shape *y);
+/* CL_ERR_ARG naming the position when an index is outside [0, rows). */
+cl_status cl_table_gather_check(const int64_t *index, int64_t M, int rows);
+/* y: (M,cols)  table: (rows,cols)  index: (M), checked. */
+void cl_table_gather_forward(float *y, const float *table, const int64_t *index,
+                             int64_t M, int cols);
+/* dtable (rows,cols), overwritten: the rows of dy summed at their index
+ * (in order of position, so repeated indices sum the same on any thread
+ * count). */
+void cl_table_gather_backward(float *dtable, const float *dy,
+                              const int64_t *index, int64_t M, int rows,
+                              int cols);
+
 /* ---- softmax cross-entropy ------------------------------------------------
  */
 /* Mean over the batch of -sum_k t_k log softmax(logits)_k, where the target
