@@ -3,13 +3,14 @@
  * tensor), nodes with several differentiable inputs (batched matmul), every
  * gradient held against finite differences of the loss; a node that reads
  * only a parameter and a buffer; integer (I64) buffers through a
- * checkpoint.
+ * checkpoint; the random key a kernel receives.
  * ctest-labels: unit ref */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/ref_ops.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -287,4 +288,50 @@ CL_TEST(table_gather_builder_errors)
     REQUIRE_OK(cl_graph_table_gather(&g, "t", "t.table", ix, &ta, &y));
     CHECK(g.tensors[y].shape.ndim == 2 && g.tensors[y].shape.d[1] == 6);
     cl_graph_free(&g);
+}
+
+/* The first numbers of a node's stream as a kernel's arguments key it. */
+static void args_draws(const cl_backend *be, int node, uint32_t out[4])
+{
+    cl_ref_args a;
+    memset(&a, 0, sizeof a);
+    cl_ref_args_key(&a, be, node);
+    cl_rng r;
+    cl_ref_rng(&a, &r);
+    for (int k = 0; k < 4; k++)
+        out[k] = cl_rng_u32(&r);
+}
+
+/* A kernel's arguments carry the key the trainer set on the backend
+ * (cl_backend_set_step): its numbers are (seed, step, node)'s stream, and
+ * another step or node draws others. */
+CL_TEST(kernel_args_carry_the_step_key)
+{
+    gcase c;
+    cl_status s = gcase_make(&c, build_linear4d, "ref");
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        gcase_free(&c);
+        return;
+    }
+    cl_backend_set_step(c.be, 42, 9);
+    uint32_t got[4], want[4], other[4];
+    args_draws(c.be, 1, got);
+    cl_rng r;
+    cl_rng_init_node(&r, 42, 9, 1);
+    for (int k = 0; k < 4; k++)
+        want[k] = cl_rng_u32(&r);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    args_draws(c.be, 2, other);
+    CHECK(memcmp(got, other, sizeof got) != 0);
+    cl_backend_set_step(c.be, 42, 10);
+    args_draws(c.be, 1, other);
+    CHECK(memcmp(got, other, sizeof got) != 0);
+    /* Setting the key changes no result of a graph that draws nothing. */
+    float l0, l1;
+    REQUIRE_OK(cl_backend_forward(c.be, 1, &l0));
+    cl_backend_set_step(c.be, 1, 1);
+    REQUIRE_OK(cl_backend_forward(c.be, 1, &l1));
+    CHECK(l0 == l1);
+    gcase_free(&c);
 }

@@ -220,6 +220,7 @@ static cl_ref_args node_args(cl_backend *be, int i)
     a.y = st->act[n->out];
     a.labels = st->have_labels ? st->labels : NULL;
     a.targets = st->have_targets ? st->targets : NULL;
+    cl_ref_args_key(&a, be, i);
     return a;
 }
 

@@ -365,6 +365,18 @@ static cl_status ref_softmax_ce_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+void cl_ref_args_key(cl_ref_args *a, const cl_backend *be, int node)
+{
+    a->rng_seed = be->rng_seed;
+    a->rng_step = be->rng_step;
+    a->node = node;
+}
+
+void cl_ref_rng(const cl_ref_args *a, cl_rng *r)
+{
+    cl_rng_init_node(r, a->rng_seed, a->rng_step, (uint64_t)a->node);
+}
+
 const cl_ref_kernel cl_ref_kernels[CL_OP_COUNT] = {
 #define CL_OP(NAME, stem, grads)                                               \
     [CL_OP_##NAME] = {ref_##stem##_forward, ref_##stem##_backward},

@@ -61,6 +61,7 @@ static cl_ref_args step_args(dn_ctx *d, const dn_step *s)
                      .sums = d->sync_sums,
                      .labels = d->has_labels ? d->labels : NULL,
                      .targets = d->has_targets ? d->targets : NULL};
+    cl_ref_args_key(&a, d->be, s->node);
     for (int j = 0; j < s->nargs; j++) {
         void *p = cl_dnnl_arg_ptr(d, &s->args[j]);
         int k = s->args[j].arg;
