@@ -2,11 +2,12 @@
  * then planned on a backend, then run step after step without allocating.
  *
  * The graph holds what every backend shares: the nodes in topological order,
- * the logical (canonical NCHW) shape of every tensor, and the flat arenas of
- * parameters, gradients and buffers (BN running statistics) as plain f32 in
- * the canonical layouts of a torchvision state_dict (OIHW conv weights,
- * (out, in) linear weights).  Activations and their gradients belong to the
- * backend, which lays them out as it likes. */
+ * the logical shape of every tensor (rank 1..5; the image batch is NCHW,
+ * other tensors' leading dimensions need not be the batch), and the flat
+ * arenas of parameters, gradients and buffers (BN running statistics, f32;
+ * index buffers, i64) in the canonical layouts of a torchvision state_dict
+ * (OIHW conv weights, (out, in) linear weights).  Activations and their
+ * gradients belong to the backend, which lays them out as it likes. */
 #ifndef CL_GRAPH_GRAPH_H
 #define CL_GRAPH_GRAPH_H
 
