@@ -128,6 +128,57 @@ CL_TEST(rng_same_on_any_thread_count)
     CHECK(cl_rng_stream_id(1, 2, 3) != cl_rng_stream_id(2, 1, 3));
 }
 
+/* One node's stream filled by a parallel loop whose chunks seek to their
+ * first element: a digest of the numbers, for `threads` threads. */
+static uint64_t node_fill_digest(int threads, uint64_t step, uint64_t node)
+{
+    enum { N = 10007 };
+    static uint32_t vals[N];
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t lo = (int64_t)N * t / nt, hi = (int64_t)N * (t + 1) / nt;
+        cl_rng r;
+        cl_rng_init_node(&r, 77, step, node);
+        cl_rng_seek(&r, (uint64_t)lo);
+        for (int64_t i = lo; i < hi; i++)
+            vals[i] = cl_rng_u32(&r);
+    }
+    uint64_t d = 0;
+    for (int i = 0; i < N; i++)
+        d = d * 1000003u + vals[i];
+    return d;
+}
+
+/* The ops' stream keyed by (seed, step, node): the same numbers on 1, 2,
+ * 3 or 8 threads (a seek lands where the draws would have), the same on
+ * every call, and another for another node, step or seed. */
+CL_TEST(rng_node_stream_keyed_and_thread_independent)
+{
+    uint64_t d1 = node_fill_digest(1, 5, 2);
+    CHECK(d1 == node_fill_digest(2, 5, 2));
+    CHECK(d1 == node_fill_digest(3, 5, 2));
+    CHECK(d1 == node_fill_digest(8, 5, 2));
+    CHECK(d1 != node_fill_digest(1, 5, 3));
+    CHECK(d1 != node_fill_digest(1, 6, 2));
+    /* Seeking to word w gives the w-th draw, for every offset in a
+     * block. */
+    cl_rng a, b;
+    cl_rng_init_node(&a, 77, 5, 2);
+    uint32_t seq[9];
+    for (int k = 0; k < 9; k++)
+        seq[k] = cl_rng_u32(&a);
+    for (int w = 0; w < 9; w++) {
+        cl_rng_init_node(&b, 77, 5, 2);
+        cl_rng_seek(&b, (uint64_t)w);
+        CHECK(cl_rng_u32(&b) == seq[w]);
+    }
+    cl_rng c, e;
+    cl_rng_init_node(&c, 77, 5, 2);
+    cl_rng_init_node(&e, 78, 5, 2);
+    CHECK(cl_rng_u32(&c) == seq[0] && cl_rng_u32(&e) != seq[0]);
+}
+
 CL_TEST(rng_distributions)
 {
     cl_rng r;

@@ -199,8 +199,9 @@ CL_TEST(builder_errors_name_the_node)
     CHECK_ERR(cl_graph_batchnorm2d(&g, "bn", y, &b, &z), CL_ERR_SHAPE,
               "bn: batchnorm2d: input has 8 channels");
     cl_linear_attr la = {8, 10, 1};
+    /* Over the last dimension (4 here) of any rank. */
     CHECK_ERR(cl_graph_linear(&g, "fc", y, &la, &z), CL_ERR_SHAPE,
-              "fc: linear: input has 4 dimensions");
+              "fc: linear: input has 4 features, attr.in_features is 8");
     CHECK_ERR(cl_graph_relu(&g, "r", 999, &z), CL_ERR_ARG,
               "r: input tensor 999 does not exist");
     int w = cl_graph_find(&g, "c.weight");

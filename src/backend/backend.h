@@ -48,8 +48,9 @@ typedef struct cl_backend_opts {
 
 typedef struct cl_backend_vtbl {
     const char *name;
-    /* Non-zero if the backend runs this node itself. */
-    int (*supports)(const cl_node *n);
+    /* Non-zero if the backend runs this node (of graph g, whose tensor
+     * shapes it may look at) itself. */
+    int (*supports)(const cl_graph *g, const cl_node *n);
     /* Creates every buffer, workspace and primitive the steps need. */
     cl_status (*plan)(cl_backend *be, cl_graph *g, cl_plan_mode mode);
     /* Copies one batch in: x (N,C,H,W) plain f32; labels (N) or soft
@@ -94,6 +95,11 @@ struct cl_backend {
     cl_plan_mode mode;
     cl_backend_opts opts;
     cl_backend_hooks hooks;
+    /* The key of the random numbers ops draw (cl_rng_init_node): the
+     * run's seed and the training step, set by cl_backend_set_step before
+     * a forward (0 and 0 until then). */
+    uint64_t rng_seed;
+    uint64_t rng_step;
     void *priv; /* the backend's own state */
 };
 
@@ -117,6 +123,15 @@ void cl_backend_tune_counts(const cl_backend *be, int *measured,
 unsigned cl_backend_fallback_ops(const cl_backend *be);
 /* Their names, comma-separated, into buf ("" when none). */
 void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n);
+
+/* The seed and step that key the random numbers of the next forward and
+ * backward (node i draws from cl_rng_init_node(seed, step, i)). */
+static inline void cl_backend_set_step(cl_backend *be, uint64_t seed,
+                                       uint64_t step)
+{
+    be->rng_seed = seed;
+    be->rng_step = step;
+}
 
 static inline cl_status cl_backend_set_input(cl_backend *be, const float *x,
                                              const int32_t *labels,

@@ -31,8 +31,9 @@ typedef struct ref_state {
 } ref_state;
 
 /* Every op: cl_ref_kernels has an entry for each line of ops.def. */
-static int ref_supports(const cl_node *n)
+static int ref_supports(const cl_graph *g, const cl_node *n)
 {
+    (void)g;
     return n->op >= 0 && n->op < CL_OP_COUNT;
 }
 
@@ -219,6 +220,7 @@ static cl_ref_args node_args(cl_backend *be, int i)
     a.y = st->act[n->out];
     a.labels = st->have_labels ? st->labels : NULL;
     a.targets = st->have_targets ? st->targets : NULL;
+    cl_ref_args_key(&a, be, i);
     return a;
 }
 
@@ -252,7 +254,8 @@ static cl_status ref_forward(cl_backend *be, int training, float *loss)
  * the first time (kernels overwrite), input k's scratch buffer when
  * another consumer (or an earlier input of the same node) already wrote
  * it (then grad_end adds it in).  NULL when t needs no gradient (the
- * image batch, labels). */
+ * image batch).  Only the inputs the op differentiates get here
+ * (cl_op_grad_inputs). */
 static float *grad_begin(ref_state *st, const cl_graph *g, int t, int k,
                          int *acc)
 {
@@ -303,9 +306,11 @@ static cl_status ref_backward(cl_backend *be)
         } else {
             cl_ref_args a = node_args(be, i);
             int acc[CL_NODE_MAX_IN] = {0};
+            const unsigned wants = cl_op_grad_inputs(n->op);
             a.dy = is_loss ? NULL : st->grad[n->out];
             for (int k = 0; k < n->n_in; k++)
-                a.dx[k] = grad_begin(st, g, n->in[k], k, &acc[k]);
+                if (wants >> k & 1u)
+                    a.dx[k] = grad_begin(st, g, n->in[k], k, &acc[k]);
             CL_TRY(cl_ref_kernels[n->op].backward(&a));
             for (int k = 0; k < n->n_in; k++)
                 grad_end(st, g, n->in[k], k, acc[k]);

@@ -133,8 +133,8 @@ static cl_status ref_conv2d_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     cl_conv2d_forward(a->y, a->x[0], param_or_null(a->g, a->n, 0),
-                      param_or_null(a->g, a->n, 1), a->g->batch, (int)xs->d[2],
-                      (int)xs->d[3], &a->n->attr.conv2d);
+                      param_or_null(a->g, a->n, 1), (int)xs->d[0],
+                      (int)xs->d[2], (int)xs->d[3], &a->n->attr.conv2d);
     return CL_OK;
 }
 
@@ -143,8 +143,8 @@ static cl_status ref_conv2d_backward(const cl_ref_args *a)
     const cl_shape *xs = in_shape(a);
     cl_conv2d_backward(a->dx[0], grad_or_null(a->g, a->n, 0),
                        grad_or_null(a->g, a->n, 1), a->dy, a->x[0],
-                       param_or_null(a->g, a->n, 0), a->g->batch, (int)xs->d[2],
-                       (int)xs->d[3], &a->n->attr.conv2d);
+                       param_or_null(a->g, a->n, 0), (int)xs->d[0],
+                       (int)xs->d[2], (int)xs->d[3], &a->n->attr.conv2d);
     return CL_OK;
 }
 
@@ -158,7 +158,7 @@ static cl_status ref_batchnorm2d_forward(const cl_ref_args *a)
     cl_graph *g = a->g;
     const cl_node *n = a->n;
     const cl_shape *xs = in_shape(a);
-    const int N = g->batch, C = (int)xs->d[1];
+    const int N = (int)xs->d[0], C = (int)xs->d[1];
     const int HW = (int)(xs->d[2] * xs->d[3]);
     const float *gm = cl_graph_param(g, n->param[0]);
     const float *bt = cl_graph_param(g, n->param[1]);
@@ -188,7 +188,7 @@ static cl_status ref_batchnorm2d_backward(const cl_ref_args *a)
     const cl_graph *g = a->g;
     const cl_node *n = a->n;
     const cl_shape *xs = in_shape(a);
-    const int N = g->batch, C = (int)xs->d[1];
+    const int N = (int)xs->d[0], C = (int)xs->d[1];
     const int HW = (int)(xs->d[2] * xs->d[3]);
     const float *gm = cl_graph_param(g, n->param[0]);
     float *dw = grad_or_null(g, n, 0), *db = grad_or_null(g, n, 1);
@@ -223,8 +223,9 @@ static cl_status ref_relu_backward(const cl_ref_args *a)
 static cl_status ref_maxpool2d_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
-    cl_maxpool2d_forward(a->y, a->sv->idx, a->x[0], a->g->batch, (int)xs->d[1],
-                         (int)xs->d[2], (int)xs->d[3], &a->n->attr.maxpool2d);
+    cl_maxpool2d_forward(a->y, a->sv->idx, a->x[0], (int)xs->d[0],
+                         (int)xs->d[1], (int)xs->d[2], (int)xs->d[3],
+                         &a->n->attr.maxpool2d);
     return CL_OK;
 }
 
@@ -232,16 +233,16 @@ static cl_status ref_maxpool2d_backward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     if (a->dx[0])
-        cl_maxpool2d_backward(a->dx[0], a->dy, a->sv->idx, a->x[0], a->g->batch,
-                              (int)xs->d[1], (int)xs->d[2], (int)xs->d[3],
-                              &a->n->attr.maxpool2d);
+        cl_maxpool2d_backward(a->dx[0], a->dy, a->sv->idx, a->x[0],
+                              (int)xs->d[0], (int)xs->d[1], (int)xs->d[2],
+                              (int)xs->d[3], &a->n->attr.maxpool2d);
     return CL_OK;
 }
 
 static cl_status ref_global_avgpool_forward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
-    cl_global_avgpool_forward(a->y, a->x[0], a->g->batch, (int)xs->d[1],
+    cl_global_avgpool_forward(a->y, a->x[0], (int)xs->d[0], (int)xs->d[1],
                               (int)(xs->d[2] * xs->d[3]));
     return CL_OK;
 }
@@ -250,15 +251,25 @@ static cl_status ref_global_avgpool_backward(const cl_ref_args *a)
 {
     const cl_shape *xs = in_shape(a);
     if (a->dx[0])
-        cl_global_avgpool_backward(a->dx[0], a->dy, a->g->batch, (int)xs->d[1],
-                                   (int)(xs->d[2] * xs->d[3]));
+        cl_global_avgpool_backward(a->dx[0], a->dy, (int)xs->d[0],
+                                   (int)xs->d[1], (int)(xs->d[2] * xs->d[3]));
     return CL_OK;
+}
+
+/* The rows of a linear node's input: the product of all but its last
+ * dimension (linear applies over the last one). */
+static int rows_of(const cl_shape *s)
+{
+    int64_t r = 1;
+    for (int k = 0; k < s->ndim - 1; k++)
+        r *= s->d[k];
+    return (int)r;
 }
 
 static cl_status ref_linear_forward(const cl_ref_args *a)
 {
     cl_linear_forward(a->y, a->x[0], param_or_null(a->g, a->n, 0),
-                      param_or_null(a->g, a->n, 1), a->g->batch,
+                      param_or_null(a->g, a->n, 1), rows_of(in_shape(a)),
                       &a->n->attr.linear);
     return CL_OK;
 }
@@ -267,7 +278,7 @@ static cl_status ref_linear_backward(const cl_ref_args *a)
 {
     cl_linear_backward(a->dx[0], grad_or_null(a->g, a->n, 0),
                        grad_or_null(a->g, a->n, 1), a->dy, a->x[0],
-                       param_or_null(a->g, a->n, 0), a->g->batch,
+                       param_or_null(a->g, a->n, 0), rows_of(in_shape(a)),
                        &a->n->attr.linear);
     return CL_OK;
 }
@@ -285,6 +296,54 @@ static cl_status ref_add_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+static cl_matmul_dims matmul_dims(const cl_ref_args *a)
+{
+    const cl_shape *b = &a->g->tensors[a->n->in[1]].shape;
+    return cl_matmul_dims_of(&a->n->attr.matmul, in_shape(a), b);
+}
+
+static cl_status ref_matmul_forward(const cl_ref_args *a)
+{
+    cl_matmul_dims d = matmul_dims(a);
+    cl_matmul_forward(a->y, a->x[0], a->x[1], &d, &a->n->attr.matmul);
+    return CL_OK;
+}
+
+static cl_status ref_matmul_backward(const cl_ref_args *a)
+{
+    cl_matmul_dims d = matmul_dims(a);
+    cl_matmul_backward(a->dx[0], a->dx[1], a->dy, a->x[0], a->x[1], &d,
+                       &a->n->attr.matmul);
+    return CL_OK;
+}
+
+/* The index comes from a checkpoint or a model's builder: checked at
+ * every forward, an error naming the node rather than a wild read. */
+static cl_status ref_table_gather_forward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_table_gather_attr *at = &n->attr.table_gather;
+    const int64_t *ix = cl_graph_buffer_i64(a->g, n->buf[0]);
+    const int64_t M = cl_graph_numel(a->g, n->buf[0]);
+    cl_status s = cl_table_gather_check(ix, M, at->rows);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", n->name);
+    cl_table_gather_forward(a->y, cl_graph_param(a->g, n->param[0]), ix, M,
+                            at->cols);
+    return CL_OK;
+}
+
+static cl_status ref_table_gather_backward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_table_gather_attr *at = &n->attr.table_gather;
+    cl_table_gather_backward(cl_graph_grad(a->g, n->param[0]), a->dy,
+                             cl_graph_buffer_i64(a->g, n->buf[0]),
+                             cl_graph_numel(a->g, n->buf[0]), at->rows,
+                             at->cols);
+    return CL_OK;
+}
+
 static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
 {
     if (!a->labels && !a->targets) {
@@ -293,7 +352,7 @@ static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
     }
     a->y[0] =
         cl_softmax_ce_forward(a->sv->probs, a->x[0], a->labels, a->targets,
-                              a->g->batch, &a->n->attr.softmax_ce);
+                              (int)in_shape(a)->d[0], &a->n->attr.softmax_ce);
     return CL_OK;
 }
 
@@ -301,12 +360,25 @@ static cl_status ref_softmax_ce_backward(const cl_ref_args *a)
 {
     if (a->dx[0])
         cl_softmax_ce_backward(a->dx[0], a->sv->probs, a->labels, a->targets,
-                               a->g->batch, 1.0f, &a->n->attr.softmax_ce);
+                               (int)in_shape(a)->d[0], 1.0f,
+                               &a->n->attr.softmax_ce);
     return CL_OK;
 }
 
+void cl_ref_args_key(cl_ref_args *a, const cl_backend *be, int node)
+{
+    a->rng_seed = be->rng_seed;
+    a->rng_step = be->rng_step;
+    a->node = node;
+}
+
+void cl_ref_rng(const cl_ref_args *a, cl_rng *r)
+{
+    cl_rng_init_node(r, a->rng_seed, a->rng_step, (uint64_t)a->node);
+}
+
 const cl_ref_kernel cl_ref_kernels[CL_OP_COUNT] = {
-#define CL_OP(NAME, stem)                                                      \
+#define CL_OP(NAME, stem, grads)                                               \
     [CL_OP_##NAME] = {ref_##stem##_forward, ref_##stem##_backward},
 #include "ops/ops.def"
 #undef CL_OP
@@ -354,8 +426,8 @@ static cl_status softmax_ce_saved(cl_ref_saved *sv, const cl_graph *g,
 {
     (void)train;
     (void)sums;
-    sv->probs = alloc_n((size_t)g->batch * (size_t)g->num_classes,
-                        sizeof(float), n->name);
+    sv->probs =
+        alloc_n((size_t)cl_graph_numel(g, n->in[0]), sizeof(float), n->name);
     return sv->probs ? CL_OK : CL_ERR_NOMEM;
 }
 
@@ -365,7 +437,7 @@ static const saved_fn op_saved[CL_OP_COUNT] = {
     [CL_OP_MAXPOOL2D] = maxpool2d_saved,
     [CL_OP_SOFTMAX_CE] = softmax_ce_saved,
 };
-CL_OP_TABLE_CHECK(op_saved, 8);
+CL_OP_TABLE_CHECK(op_saved, 10);
 
 cl_status cl_ref_saved_alloc(cl_ref_saved *sv, const cl_graph *g,
                              const cl_node *n, int train, size_t *sums)

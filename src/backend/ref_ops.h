@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/rng.h"
 
 /* What a node's forward saves for its backward. */
 typedef struct cl_ref_saved {
@@ -37,7 +38,19 @@ typedef struct cl_ref_args {
      * loss in y[0] */
     const int32_t *labels;
     const float *targets;
+    /* The key of the node's random numbers (cl_ref_rng): the backend's
+     * seed and step and the node's index in the graph. */
+    uint64_t rng_seed, rng_step;
+    int node;
 } cl_ref_args;
+
+/* Sets a's random key from the backend's (cl_backend_set_step) for node
+ * `node`; the ref backend and the onednn fallback call it for every
+ * kernel they run. */
+void cl_ref_args_key(cl_ref_args *a, const cl_backend *be, int node);
+/* The node's stream for this step: the same numbers on any backend and
+ * thread count (a parallel kernel seeks, cl_rng_seek). */
+void cl_ref_rng(const cl_ref_args *a, cl_rng *r);
 
 typedef struct cl_ref_kernel {
     cl_status (*forward)(const cl_ref_args *a);

@@ -57,6 +57,27 @@ uint64_t cl_rng_stream_id(uint64_t a, uint64_t b, uint64_t c)
     return mix64(mix64(mix64(a) ^ b) ^ c);
 }
 
+/* Purpose tag of the node streams, beside the loader's purposes. */
+#define NODE_STREAM_TAG 0x6e6f6465u /* "node" */
+
+void cl_rng_init_node(cl_rng *r, uint64_t seed, uint64_t step, uint64_t node)
+{
+    cl_rng_init(r, seed, cl_rng_stream_id(NODE_STREAM_TAG, step, node));
+}
+
+void cl_rng_seek(cl_rng *r, uint64_t word)
+{
+    const uint64_t block = word / 4;
+    r->ctr[0] = (uint32_t)block;
+    r->ctr[1] = (uint32_t)(block >> 32);
+    r->used = 4;
+    if (word % 4) {
+        /* Make the block holding the word and skip to it. */
+        (void)cl_rng_u32(r);
+        r->used = (int)(word % 4);
+    }
+}
+
 uint32_t cl_rng_u32(cl_rng *r)
 {
     if (r->used == 4) {

@@ -3,7 +3,9 @@
  * A stream's numbers depend only on its seed, its stream id and how many
  * numbers were drawn from it, never on which thread draws them: the loader
  * gives every (epoch, sample) its own stream, so augmentation is identical
- * for any number of workers. */
+ * for any number of workers, and a backend gives every (step, node) its
+ * own (cl_rng_init_node), which a kernel's threads share by seeking to
+ * the numbers of their part of the work (cl_rng_seek). */
 #ifndef CL_CORE_RNG_H
 #define CL_CORE_RNG_H
 
@@ -21,6 +23,17 @@ void cl_rng_init(cl_rng *r, uint64_t seed, uint64_t stream);
 /* Mixes several integers (e.g. epoch, sample index, purpose) into one
  * stream id; distinct inputs give distinct ids with overwhelming odds. */
 uint64_t cl_rng_stream_id(uint64_t a, uint64_t b, uint64_t c);
+
+/* The stream of node `node` of a graph at training step `step`: what an
+ * op that draws (dropout, DropPath) uses, so that its numbers depend on
+ * (seed, step, node) alone. */
+void cl_rng_init_node(cl_rng *r, uint64_t seed, uint64_t step, uint64_t node);
+
+/* Positions r at the word-th 32-bit number of its stream (0: the first),
+ * as if that many had been drawn: each thread of a parallel loop seeks to
+ * its first element's numbers and the result is the same on any thread
+ * count. */
+void cl_rng_seek(cl_rng *r, uint64_t word);
 
 uint32_t cl_rng_u32(cl_rng *r);
 uint64_t cl_rng_u64(cl_rng *r);

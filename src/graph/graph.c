@@ -338,6 +338,60 @@ cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out)
     return CL_OK;
 }
 
+cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
+                          const cl_matmul_attr *attr, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, a, "first input"));
+    CL_TRY(check_tensor(g, name, b, "second input"));
+    cl_shape ys;
+    cl_status s =
+        cl_matmul_infer(attr, &g->tensors[a].shape, &g->tensors[b].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_MATMUL, name, ys, &n));
+    n->attr.matmul = *attr;
+    n->in[0] = a;
+    n->in[1] = b;
+    n->n_in = 2;
+    *out = n->out;
+    return CL_OK;
+}
+
+cl_status cl_graph_table_gather(cl_graph *g, const char *name,
+                                const char *table, int index,
+                                const cl_table_gather_attr *attr, int *out)
+{
+    CL_TRY(check_open(g, name));
+    if (index < 0 || index >= g->n_tensors ||
+        g->tensors[index].kind != CL_GT_BUFFER ||
+        g->tensors[index].dtype != CL_I64)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the index (tensor %d) is not an i64 buffer", name,
+                        index);
+    if (!table || !table[0] || cl_graph_find(g, table) >= 0)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the table's name '%s' is empty or taken", name,
+                        table ? table : "");
+    cl_shape ys;
+    cl_status s = cl_table_gather_infer(attr, &g->tensors[index].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_TABLE_GATHER, name, ys, &n));
+    int ni = (int)(n - g->nodes), t;
+    n->attr.table_gather = *attr;
+    n->n_in = 0;
+    n->buf[n->n_buf++] = index;
+    int64_t td[2] = {attr->rows, attr->cols};
+    CL_TRY(add_tensor(g, &t, CL_GT_PARAM, cl_shape_make(2, td), CL_F32, -1,
+                      "%s", table));
+    g->nodes[ni].param[g->nodes[ni].n_param++] = t;
+    *out = g->nodes[ni].out;
+    return CL_OK;
+}
+
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft)
 {
@@ -379,6 +433,31 @@ cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
     return CL_OK;
 }
 
+cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
+                              cl_dtype dtype, int *out)
+{
+    CL_TRY(check_open(g, name ? name : "buffer"));
+    if (!name || !name[0])
+        return cl_error(CL_ERR_ARG, "graph: a buffer has no name");
+    if (dtype != CL_F32 && dtype != CL_I64)
+        return cl_error(CL_ERR_ARG,
+                        "%s: buffer of dtype %s, expected f32 or "
+                        "i64",
+                        name, cl_dtype_name(dtype));
+    if (cl_graph_find(g, name) >= 0)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the graph already has a tensor of "
+                        "this name",
+                        name);
+    for (int k = 0; k < shape.ndim; k++)
+        if (shape.d[k] < 1 || shape.d[k] > INT32_MAX)
+            return cl_error(CL_ERR_SHAPE,
+                            "%s: buffer dimension %d is %lld, expected "
+                            "1..%d",
+                            name, k, (long long)shape.d[k], INT32_MAX);
+    return add_tensor(g, out, CL_GT_BUFFER, shape, dtype, -1, "%s", name);
+}
+
 cl_status cl_graph_finalize(cl_graph *g)
 {
     if (g->finalized)
@@ -396,7 +475,8 @@ cl_status cl_graph_finalize(cl_graph *g)
             continue;
         int64_t ne = cl_shape_numel(&t->shape);
         size_t *acc = t->kind == CL_GT_PARAM ? &np : &nb;
-        size_t step = align_floats((size_t)ne);
+        size_t per = cl_dtype_size(t->dtype) / sizeof(float);
+        size_t step = align_floats((size_t)ne * per);
         if (step > SIZE_MAX / sizeof(float) - *acc)
             return cl_error(CL_ERR_LIMIT, "graph: arena size overflows at %s",
                             t->name);
@@ -467,8 +547,18 @@ float *cl_graph_grad(const cl_graph *g, int tensor)
 float *cl_graph_buffer(const cl_graph *g, int tensor)
 {
     CL_ASSERT(g->finalized && tensor >= 0 && tensor < g->n_tensors &&
-              g->tensors[tensor].kind == CL_GT_BUFFER);
+              g->tensors[tensor].kind == CL_GT_BUFFER &&
+              g->tensors[tensor].dtype == CL_F32);
     return g->buffers + g->tensors[tensor].offset;
+}
+
+int64_t *cl_graph_buffer_i64(const cl_graph *g, int tensor)
+{
+    CL_ASSERT(g->finalized && tensor >= 0 && tensor < g->n_tensors &&
+              g->tensors[tensor].kind == CL_GT_BUFFER &&
+              g->tensors[tensor].dtype == CL_I64);
+    /* The tensor starts on a 64-byte line: aligned for int64. */
+    return (int64_t *)(void *)(g->buffers + g->tensors[tensor].offset);
 }
 
 int cl_graph_find(const cl_graph *g, const char *name)
@@ -515,11 +605,19 @@ static int64_t linear_macs(const cl_graph *g, const cl_node *n)
     return (int64_t)n->attr.linear.in_features * n->attr.linear.out_features;
 }
 
+/* Per image: the batch's products over the graph's batch size. */
+static int64_t matmul_macs(const cl_graph *g, const cl_node *n)
+{
+    const cl_shape *a = &g->tensors[n->in[0]].shape;
+    return cl_graph_numel(g, n->out) * a->d[a->ndim - 1] / g->batch;
+}
+
 static const node_macs_fn node_macs[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = conv2d_macs,
     [CL_OP_LINEAR] = linear_macs,
+    [CL_OP_MATMUL] = matmul_macs,
 };
-CL_OP_TABLE_CHECK(node_macs, 8);
+CL_OP_TABLE_CHECK(node_macs, 10);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {

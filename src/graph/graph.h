@@ -2,11 +2,12 @@
  * then planned on a backend, then run step after step without allocating.
  *
  * The graph holds what every backend shares: the nodes in topological order,
- * the logical (canonical NCHW) shape of every tensor, and the flat arenas of
- * parameters, gradients and buffers (BN running statistics) as plain f32 in
- * the canonical layouts of a torchvision state_dict (OIHW conv weights,
- * (out, in) linear weights).  Activations and their gradients belong to the
- * backend, which lays them out as it likes. */
+ * the logical shape of every tensor (rank 1..5; the image batch is NCHW,
+ * other tensors' leading dimensions need not be the batch), and the flat
+ * arenas of parameters, gradients and buffers (BN running statistics, f32;
+ * index buffers, i64) in the canonical layouts of a torchvision state_dict
+ * (OIHW conv weights, (out, in) linear weights).  Activations and their
+ * gradients belong to the backend, which lays them out as it likes. */
 #ifndef CL_GRAPH_GRAPH_H
 #define CL_GRAPH_GRAPH_H
 
@@ -24,7 +25,7 @@ typedef enum cl_gtensor_kind {
     CL_GT_TARGETS,   /* soft targets (N, K), e.g. MixUp / CutMix */
     CL_GT_ACT,       /* an activation made by a node */
     CL_GT_PARAM,     /* learnable: view into the param and grad arenas */
-    CL_GT_BUFFER,    /* state that is not learned: BN running stats */
+    CL_GT_BUFFER,    /* state that is not learned: BN running stats, indices */
     CL_GT_LOSS       /* the scalar mean loss */
 } cl_gtensor_kind;
 
@@ -41,12 +42,13 @@ typedef struct cl_gtensor {
     /* params and buffers: state_dict name ("layer1.0.bn1.weight") */
     char name[64];
     cl_gtensor_kind kind;
-    cl_shape shape; /* logical NCHW / OIHW shape */
-    cl_dtype dtype;
+    cl_shape shape;  /* logical NCHW / OIHW shape */
+    cl_dtype dtype;  /* F32; a BUFFER may be I64 (cl_graph_buffer_i64) */
     int producer;    /* node index, or -1 */
     int n_consumers; /* nodes that read it */
     int last_use;    /* index of the last node reading it in forward, or -1 */
-    /* PARAM and BUFFER only: offsets (in floats) into the arenas. */
+    /* PARAM and BUFFER only: offsets (in floats) into the arenas; an I64
+     * buffer takes two floats' room per element. */
     size_t offset;
     int param_flags; /* CL_PARAM_* */
 } cl_gtensor;
@@ -57,6 +59,8 @@ typedef union cl_op_attr {
     cl_maxpool2d_attr maxpool2d;
     cl_linear_attr linear;
     cl_softmax_ce_attr softmax_ce;
+    cl_matmul_attr matmul;
+    cl_table_gather_attr table_gather;
 } cl_op_attr;
 
 enum { CL_NODE_MAX_IN = 3, CL_NODE_MAX_PARAM = 2, CL_NODE_MAX_BUF = 2 };
@@ -67,8 +71,10 @@ typedef struct cl_node {
     cl_op_attr attr;
     /* Tensor indices.  conv2d/linear: in[0]=x, param = {weight, bias?};
      * batchnorm2d: in[0]=x, param = {gamma, beta}, buf = {running_mean,
-     * running_var}; add: in = {a, b}; softmax_ce: in = {logits, labels or
-     * targets}; others: in[0]=x. */
+     * running_var}; add: in = {a, b}; matmul: in = {a, b}; softmax_ce:
+     * in = {logits, labels or targets}; table_gather: no input (n_in 0),
+     * param = {table}, buf = {index}; others: in[0]=x.  Which inputs take
+     * a gradient is the op's (cl_op_grad_inputs). */
     int in[CL_NODE_MAX_IN];
     int n_in;
     int param[CL_NODE_MAX_PARAM];
@@ -126,10 +132,29 @@ cl_status cl_graph_global_avgpool(cl_graph *g, const char *name, int x,
 cl_status cl_graph_linear(cl_graph *g, const char *name, int x,
                           const cl_linear_attr *a, int *out);
 cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out);
+/* a b (a b^T with attr->trans_b) over the last two dimensions of two
+ * activations (cl_matmul_infer); both take gradients. */
+cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
+                          const cl_matmul_attr *attr, int *out);
+/* A node that reads no activation: the rows of a new learnable table
+ * (attr->rows, attr->cols), state_dict name `table`, picked by `index`,
+ * an I64 buffer (cl_graph_buffer_add) the model fills after finalize;
+ * out is (index's shape, cols).  The table takes its gradient. */
+cl_status cl_graph_table_gather(cl_graph *g, const char *name,
+                                const char *table, int index,
+                                const cl_table_gather_attr *attr, int *out);
 /* Adds the loss over logits; soft != 0 takes (N, K) targets instead of
  * integer labels.  Sets g->logits, g->labels or g->targets, g->loss. */
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft);
+
+/* A buffer of the model that no node's builder makes: state that is not
+ * learned, saved and loaded by name ("layers.0.blocks.0.attn.
+ * relative_position_index"), dtype CL_F32 or CL_I64 (written as int64 in
+ * checkpoints).  Zero after finalize until the model fills it; a node
+ * reads it through its buf[] (the builder that takes it). */
+cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
+                              cl_dtype dtype, int *out);
 
 /* Allocates the arenas (zeroed) and fixes consumers / last uses.  After
  * this, no node may be added. */
@@ -138,7 +163,10 @@ cl_status cl_graph_finalize(cl_graph *g);
 /* ---- arenas ------------------------------------------------------------ */
 float *cl_graph_param(const cl_graph *g, int tensor);
 float *cl_graph_grad(const cl_graph *g, int tensor);
+/* An F32 buffer. */
 float *cl_graph_buffer(const cl_graph *g, int tensor);
+/* An I64 buffer. */
+int64_t *cl_graph_buffer_i64(const cl_graph *g, int tensor);
 /* Index of the param or buffer tensor with this state_dict name, or -1. */
 int cl_graph_find(const cl_graph *g, const char *name);
 

@@ -537,6 +537,13 @@ cl_status cl_ms_load(const char *path, cl_graph *g, cl_ckpt_mode mode,
         if (src[t] < 0)
             continue;
         const cl_gtensor *gt = &g->tensors[t];
+        if (gt->dtype == CL_I64) {
+            s = cl_error(CL_ERR_UNSUPPORTED,
+                         "%s: %s is an integer buffer, which the MindSpore "
+                         "reader does not convert",
+                         path, gt->name);
+            goto done;
+        }
         float *dst = gt->kind == CL_GT_PARAM ? cl_graph_param(g, t)
                                              : cl_graph_buffer(g, t);
         to_f32(&c.t[src[t]], dst, (size_t)cl_graph_numel(g, t));

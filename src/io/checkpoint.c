@@ -19,6 +19,12 @@ static int is_state(const cl_gtensor *t)
     return t->kind == CL_GT_PARAM || t->kind == CL_GT_BUFFER;
 }
 
+/* An integer buffer: int64 in the graph and in the file. */
+static int is_i64(const cl_gtensor *t)
+{
+    return t->kind == CL_GT_BUFFER && t->dtype == CL_I64;
+}
+
 static const float *tensor_data(const cl_graph *g, int i)
 {
     return g->tensors[i].kind == CL_GT_PARAM ? cl_graph_param(g, i)
@@ -50,6 +56,9 @@ cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
             s = cl_st_writer_add(w, t->name, CL_ST_I64, cl_shape_make(0, NULL),
                                  &counters[k]);
             k++;
+        } else if (is_i64(t)) {
+            s = cl_st_writer_add(w, t->name, CL_ST_I64, t->shape,
+                                 cl_graph_buffer_i64(g, i));
         } else {
             s = cl_st_writer_add(w, t->name, CL_ST_F32, t->shape,
                                  tensor_data(g, i));
@@ -226,6 +235,12 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
         } else if (!cl_shape_equal(&fs, &gt->shape)) {
             r.head_skipped++;
             continue;
+        } else if (is_i64(gt)) {
+            /* The staging arena keeps the graph's layout: 8 bytes each. */
+            size_t n = (size_t)cl_shape_numel(&gt->shape);
+            if ((s = src->read_i64(f, (size_t)i, (int64_t *)(void *)dst, n)) !=
+                CL_OK)
+                goto fail;
         } else {
             size_t n = (size_t)cl_shape_numel(&gt->shape);
             if ((s = src->read_f32(f, (size_t)i, dst, n)) != CL_OK)

@@ -89,13 +89,28 @@ static void init_linear(cl_graph *g, const cl_node *n, const init_ctx *c)
     }
 }
 
+/* Swin's relative position bias table: trunc_normal_(std=0.02), whose
+ * bounds (+-2, absolute) are 100 standard deviations away, so a plain
+ * normal.  The index buffer is the model's to fill. */
+static void init_table_gather(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    int t = n->param[0];
+    float *p = cl_graph_param(g, t);
+    int64_t ne = cl_graph_numel(g, t);
+    cl_rng r;
+    cl_rng_init(&r, c->seed, cl_rng_stream_id(INIT_STREAM_TAG, t, 0));
+    for (int64_t k = 0; k < ne; k++)
+        p[k] = (float)(0.02 * cl_rng_normal(&r));
+}
+
 /* Per op; NULL for ops with neither parameters nor buffers. */
 static const init_fn op_init[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = init_conv2d,
     [CL_OP_BATCHNORM2D] = init_batchnorm2d,
     [CL_OP_LINEAR] = init_linear,
+    [CL_OP_TABLE_GATHER] = init_table_gather,
 };
-CL_OP_TABLE_CHECK(op_init, 8);
+CL_OP_TABLE_CHECK(op_init, 10);
 
 cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
                          uint64_t seed)

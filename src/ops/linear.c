@@ -10,22 +10,30 @@ cl_status cl_linear_infer(const cl_linear_attr *a, const cl_shape *x,
                         "linear: attr.in_features %d and attr.out_features %d "
                         "must be positive",
                         a->in_features, a->out_features);
-    if (x->ndim != 2)
+    if (x->ndim < 2 || x->ndim > CL_MAX_DIMS)
         return cl_error(CL_ERR_SHAPE,
-                        "linear: input has %d dimensions, expected 2 (N,in)",
-                        x->ndim);
-    if (x->d[0] < 1 || x->d[0] > CL_OPS_MAX_DIM)
-        return cl_error(CL_ERR_SHAPE,
-                        "linear: input batch is %lld, expected "
-                        "1..%d",
-                        (long long)x->d[0], INT_MAX);
-    if (x->d[1] != a->in_features)
+                        "linear: input has %d dimensions, expected 2..%d "
+                        "(..., in)",
+                        x->ndim, CL_MAX_DIMS);
+    /* The leading dimensions are rows of one matrix product, counted in
+     * an int by the kernels. */
+    int64_t rows = 1;
+    for (int k = 0; k < x->ndim - 1; k++) {
+        if (x->d[k] < 1 || x->d[k] > CL_OPS_MAX_DIM / rows)
+            return cl_error(CL_ERR_SHAPE,
+                            "linear: input dimension %d is %lld, expected "
+                            "1.. with at most %d rows in all",
+                            k, (long long)x->d[k], INT_MAX);
+        rows *= x->d[k];
+    }
+    const int64_t in = x->d[x->ndim - 1];
+    if (in != a->in_features)
         return cl_error(CL_ERR_SHAPE,
                         "linear: input has %lld features, attr.in_features "
                         "is %d",
-                        (long long)x->d[1], a->in_features);
-    int64_t d[2] = {x->d[0], a->out_features};
-    *y = cl_shape_make(2, d);
+                        (long long)in, a->in_features);
+    *y = *x;
+    y->d[x->ndim - 1] = a->out_features;
     return CL_OK;
 }
 

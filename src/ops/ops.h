@@ -16,7 +16,7 @@
 #include "tensor/tensor.h"
 
 typedef enum cl_op_kind {
-#define CL_OP(NAME, stem) CL_OP_##NAME,
+#define CL_OP(NAME, stem, grads) CL_OP_##NAME,
 #include "ops/ops.def"
 #undef CL_OP
     CL_OP_COUNT
@@ -24,6 +24,9 @@ typedef enum cl_op_kind {
 
 /* "conv2d" for CL_OP_CONV2D. */
 const char *cl_op_name(cl_op_kind k);
+/* The inputs of an op that take a gradient in backward: bit k for input k
+ * (ops.def's third column; 0 for an unknown op). */
+unsigned cl_op_grad_inputs(cl_op_kind k);
 
 /* Every table indexed by op (the reference kernels, oneDNN planning, ONNX
  * export, init, MACs) is declared [CL_OP_COUNT] and checked with this
@@ -131,7 +134,8 @@ typedef struct cl_linear_attr {
     int has_bias;
 } cl_linear_attr;
 
-/* y: (N,out)  x: (N,in)  w: (out,in)  b: (out) or NULL */
+/* Applies over the last dimension: N is the product of the leading ones.
+ * y: (N,out)  x: (N,in)  w: (out,in)  b: (out) or NULL */
 void cl_linear_forward(float *y, const float *x, const float *w, const float *b,
                        int N, const cl_linear_attr *a);
 void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
@@ -143,6 +147,63 @@ void cl_linear_backward(float *dx, float *dw, float *db, const float *dy,
 void cl_add_forward(float *y, const float *a, const float *b, int64_t n);
 /* da and db receive dy (either may be NULL or alias dy). */
 void cl_add_backward(float *da, float *db, const float *dy, int64_t n);
+
+/* ---- matmul (batched) ---------------------------------------------------- */
+/* y = a b, or a b^T with trans_b, over the last two dimensions, for every
+ * index of the leading ones (attention's q k^T and attn v).  a is
+ * (..., M, K) of rank 2..5; b is (..., K, N) ((..., N, K) with trans_b)
+ * with a's leading dimensions, or 2-d: one matrix for every index.
+ * y is (..., M, N). */
+typedef struct cl_matmul_attr {
+    int trans_b;
+} cl_matmul_attr;
+
+cl_status cl_matmul_infer(const cl_matmul_attr *at, const cl_shape *a,
+                          const cl_shape *b, cl_shape *y);
+/* The sizes of one call: B matrices of (M,K) x (K,N); b_batched 0 when b
+ * is one matrix for all B (its gradient then sums over them). */
+typedef struct cl_matmul_dims {
+    int B, M, K, N;
+    int b_batched;
+} cl_matmul_dims;
+
+/* The kernel sizes of a valid (cl_matmul_infer) pair of shapes. */
+cl_matmul_dims cl_matmul_dims_of(const cl_matmul_attr *at, const cl_shape *a,
+                                 const cl_shape *b);
+/* y: (B,M,N)  a: (B,M,K)  b: (B or 1,K,N), (B or 1,N,K) with trans_b.
+ * Sums in double, in order of k. */
+void cl_matmul_forward(float *y, const float *a, const float *b,
+                       const cl_matmul_dims *d, const cl_matmul_attr *at);
+/* da = dy b^T (dy b with trans_b); db = a^T dy (dy^T a with trans_b),
+ * summed over B when b is one matrix.  Either gradient may be NULL. */
+void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
+                        const float *b, const cl_matmul_dims *d,
+                        const cl_matmul_attr *at);
+
+/* ---- table_gather --------------------------------------------------------
+ */
+/* Rows of a learnable table picked by a fixed integer index: Swin's
+ * relative position bias, table (T, heads) and index (L*L) giving
+ * (L*L, heads).  A node that reads a parameter and a buffer and no
+ * activation. */
+typedef struct cl_table_gather_attr {
+    int rows, cols; /* the table's shape */
+} cl_table_gather_attr;
+
+/* index of rank 1..4 (any positive sizes) -> y: index's shape + (cols). */
+cl_status cl_table_gather_infer(const cl_table_gather_attr *a,
+                                const cl_shape *index, cl_shape *y);
+/* CL_ERR_ARG naming the position when an index is outside [0, rows). */
+cl_status cl_table_gather_check(const int64_t *index, int64_t M, int rows);
+/* y: (M,cols)  table: (rows,cols)  index: (M), checked. */
+void cl_table_gather_forward(float *y, const float *table, const int64_t *index,
+                             int64_t M, int cols);
+/* dtable (rows,cols), overwritten: the rows of dy summed at their index
+ * (in order of position, so repeated indices sum the same on any thread
+ * count). */
+void cl_table_gather_backward(float *dtable, const float *dy,
+                              const int64_t *index, int64_t M, int rows,
+                              int cols);
 
 /* ---- softmax cross-entropy ------------------------------------------------
  */
@@ -172,7 +233,8 @@ void cl_softmax_ce_backward(float *dlogits, const float *probs,
 /* ---- shape rules of the ops above that have no attr-specific rule ------- */
 /* x (N,C,H,W) -> y (N,C). */
 cl_status cl_global_avgpool_infer(const cl_shape *x, cl_shape *y);
-/* x (N,in_features) -> y (N,out_features). */
+/* x (..., in_features) -> y (..., out_features): rank 2..CL_MAX_DIMS, the
+ * leading dimensions any (not necessarily the batch). */
 cl_status cl_linear_infer(const cl_linear_attr *a, const cl_shape *x,
                           cl_shape *y);
 /* logits must be (N, num_classes); label_smoothing in [0, 1]. */

@@ -61,6 +61,8 @@ size_t cl_dtype_size(cl_dtype t)
         return 2;
     case CL_I32:
         return 4;
+    case CL_I64:
+        return 8;
     }
     return 0;
 }
@@ -74,6 +76,8 @@ const char *cl_dtype_name(cl_dtype t)
         return "bf16";
     case CL_I32:
         return "i32";
+    case CL_I64:
+        return "i64";
     }
     return "?";
 }

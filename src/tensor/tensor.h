@@ -9,7 +9,12 @@
 
 #define CL_MAX_DIMS 5
 
-typedef enum cl_dtype { CL_F32 = 0, CL_BF16 = 1, CL_I32 = 2 } cl_dtype;
+typedef enum cl_dtype {
+    CL_F32 = 0,
+    CL_BF16 = 1,
+    CL_I32 = 2,
+    CL_I64 = 3 /* integer buffers (indices a model computes once) */
+} cl_dtype;
 
 /* How the elements are laid out in memory.  Canonical tensors are PLAIN
  * (row-major over the shape: NCHW activations, OIHW weights); a backend may

@@ -995,6 +995,11 @@ static cl_status train_step(run *r, loop *lp, const cl_batch *b, int64_t epoch,
     *stepped = 0;
     CL_TRY(cl_backend_set_input(r->be, b->x, b->targets ? NULL : b->labels,
                                 b->targets));
+    /* The ops' random numbers: one stream per (micro-batch, node), the
+     * same after a resume; each rank its own, rank 0 a single process's. */
+    cl_backend_set_step(r->be,
+                        (uint64_t)cfg->seed + (uint64_t)(r->d ? r->d->rank : 0),
+                        (uint64_t)(lp->step * accum + bi % accum));
     CL_TRY(cl_backend_forward(r->be, 1, loss));
     if (!isfinite(*loss))
         return cl_error(CL_ERR_NUMERIC,

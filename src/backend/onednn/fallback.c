@@ -61,6 +61,7 @@ static cl_ref_args step_args(dn_ctx *d, const dn_step *s)
                      .sums = d->sync_sums,
                      .labels = d->has_labels ? d->labels : NULL,
                      .targets = d->has_targets ? d->targets : NULL};
+    cl_ref_args_key(&a, d->be, s->node);
     for (int j = 0; j < s->nargs; j++) {
         void *p = cl_dnnl_arg_ptr(d, &s->args[j]);
         int k = s->args[j].arg;
@@ -171,7 +172,9 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
     dn_step *s;
     TRY(cl_dnnl_out_grad(d, i, &dy));
     TRY(cl_dnnl_bwd_copy(d, i, "fallback: dy to plain", dy, omd, &ym, &dy));
-    /* Where each input's gradient goes, and its plain f32 buffer. */
+    /* Where each input's gradient goes, and its plain f32 buffer; only the
+     * inputs the op differentiates (cl_op_grad_inputs) have one. */
+    const unsigned wants = cl_op_grad_inputs(n->op);
     for (int k = 0; k < n->n_in; k++) {
         int x = n->in[k];
         tgt[k] = dx[k] = -1;
@@ -180,7 +183,7 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
             continue;
         const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
         xm[k] = plain_f32(md);
-        if (gt(d, x)->kind != CL_GT_ACT)
+        if (gt(d, x)->kind != CL_GT_ACT || !(wants >> k & 1u))
             continue;
         TRY(cl_dnnl_grad_target(d, i, x, &tgt[k], &acc[k]));
         if (tgt[k] < 0)

@@ -460,7 +460,7 @@ cl_status cl_dnnl_bwd_data_step(dn_ctx *d, int i, const char *what,
                                 const dnnl_memory_desc_t *wplain, float *w,
                                 int dx, const dnnl_memory_desc_t *dxmd);
 cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode);
-int cl_dnnl_supports(const cl_node *n);
+int cl_dnnl_supports(const cl_graph *g, const cl_node *n);
 
 /* ---- activation layouts (bn.c) ------------------------------------------- */
 

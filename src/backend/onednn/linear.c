@@ -23,7 +23,7 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dn_step *s;
-    dnnl_dims_t wdims, ddims = {g->batch, a->out_features};
+    dnnl_dims_t wdims, ddims = {0, a->out_features};
     TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd;
     int src;
@@ -39,6 +39,7 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
                       n->name, (long long)in, a->in_features);
         goto fail;
     }
+    ddims[0] = smd.dims[0]; /* the rows: supports() takes 2-d inputs only */
     linear_wdims(d, i, &smd, wdims);
     cl_dnnl_md_any(&wmd, smd.ndims, wdims, conv_dt(d));
     cl_dnnl_md_plain(&wplain, smd.ndims, wdims);

@@ -32,13 +32,19 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
     /* The loss computes its gradient in forward. */
     [CL_OP_SOFTMAX_CE] = {NULL, NULL, cl_dnnl_loss_fwd, NULL, NULL},
 };
-CL_OP_TABLE_CHECK(cl_dnnl_ops, 8);
+CL_OP_TABLE_CHECK(cl_dnnl_ops, 10);
 
 /* An op is supported when its table entry plans a forward; the others
- * run the reference kernels (fallback.c). */
-int cl_dnnl_supports(const cl_node *n)
+ * run the reference kernels (fallback.c).  So does a linear node over an
+ * input of rank above 2: the inner product would flatten all but the
+ * first dimension, where linear applies over the last one. */
+int cl_dnnl_supports(const cl_graph *g, const cl_node *n)
 {
-    return n->op >= 0 && n->op < CL_OP_COUNT && cl_dnnl_ops[n->op].fwd;
+    if (n->op < 0 || n->op >= CL_OP_COUNT || !cl_dnnl_ops[n->op].fwd)
+        return 0;
+    if (n->op == CL_OP_LINEAR && g->tensors[n->in[0]].shape.ndim != 2)
+        return 0;
+    return 1;
 }
 
 /* ---- backward planning ------------------------------------------------------
@@ -304,7 +310,7 @@ cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const cl_node *n = &g->nodes[i];
-        if (!cl_dnnl_supports(n) || (be->opts.fallback_ops >> n->op & 1u)) {
+        if (!cl_dnnl_supports(g, n) || (be->opts.fallback_ops >> n->op & 1u)) {
             if (n->out == g->loss)
                 return cl_error(CL_ERR_UNSUPPORTED,
                                 "%s: the loss (%s) has no reference "

@@ -1,0 +1,120 @@
+/* Small graphs that use the graph beyond ResNet (shared by the ref tests
+ * of test_graph_general.c and the backend parity of
+ * test_onednn_general.c), and how their params and batches are filled.
+ * Header-only (static functions). */
+#ifndef CL_TESTS_GRAPH_CASES_H
+#define CL_TESTS_GRAPH_CASES_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "graph/graph.h"
+
+enum { GN = 2, GC = 3, GH = 4, GW = 5, GK = 4 };
+
+static void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
+{
+    cl_rng r;
+    cl_rng_init(&r, seed, 3);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = lo + (hi - lo) * cl_rng_uniform(&r);
+}
+
+/* Random params in [-0.5, 0.5): no gradient is trivially zero. */
+static void fill_params(cl_graph *g, uint64_t seed)
+{
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].kind == CL_GT_PARAM)
+            fill_uniform(cl_graph_param(g, t), cl_graph_numel(g, t),
+                         seed + (uint64_t)t, -0.5f, 0.5f);
+}
+
+typedef cl_status (*gbuild_fn)(cl_graph *g);
+
+/* x (N,C,H,W) -> proj: linear over W (5 -> 6), (N,C,H,6) -> gap (N,C) ->
+ * fc (C -> K) -> loss.  The projection's rows are N*C*H, not N. */
+static cl_status build_linear4d(cl_graph *g)
+{
+    int x, p, q, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "proj", x, &pa, &p));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", p, &q));
+    CL_TRY(cl_graph_linear(g, "fc", q, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
+/* Attention's two products: x (N,C,H,W) -> q, k, v: linear over W
+ * (5 -> 6) -> s = q k^T (N,C,H,H) -> o = s v (N,C,H,6) -> gap (N,C) ->
+ * fc -> loss.  Each matmul input takes its own gradient, so every weight's
+ * gradient needs both of a matmul's. */
+static cl_status build_attention(cl_graph *g)
+{
+    int x, q, k, v, s, o, p, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_matmul_attr qk = {1}, sv = {0};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
+    CL_TRY(cl_graph_linear(g, "k", x, &pa, &k));
+    CL_TRY(cl_graph_linear(g, "v", x, &pa, &v));
+    CL_TRY(cl_graph_matmul(g, "qk", q, k, &qk, &s));
+    CL_TRY(cl_graph_matmul(g, "sv", s, v, &sv, &o));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", o, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
+/* x (N,C,H,W) -> bn -> gap -> fc -> loss, with an I64 buffer "rel.index"
+ * (3,2) that no node reads: the state a checkpoint carries beside BN's. */
+static cl_status build_bn_index(cl_graph *g)
+{
+    int x, b, p, y, ix;
+    cl_batchnorm2d_attr ba = cl_batchnorm2d_attr_make(GC);
+    cl_linear_attr fa = {GC, GK, 1};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_batchnorm2d(g, "bn", x, &ba, &b));
+    CL_TRY(cl_graph_buffer_add(
+        g, "rel.index", cl_shape_make(2, (int64_t[]){3, 2}), CL_I64, &ix));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", b, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    return cl_graph_finalize(g);
+}
+
+/* The relative position index of build_bias: repeats (row 3 three
+ * times, its gradient a sum) and rows no position reads (2, 4, 5). */
+static const int64_t BIAS_INDEX[6] = {0, 3, 3, 6, 1, 3};
+
+/* A node with no activation input: x (N,C,H,W) -> q: linear over W
+ * (5 -> 6); bias = table_gather(table (7,6), index (6)) -> (6,6);
+ * s = q bias (one matrix for every (n,c)) -> gap -> fc -> loss.  The
+ * index is filled after finalize, as a model fills it. */
+static cl_status build_bias(cl_graph *g)
+{
+    int x, q, ix, b, s, p, y;
+    cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
+    cl_table_gather_attr ta = {7, 6};
+    cl_matmul_attr ma = {0};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
+    CL_TRY(cl_graph_buffer_add(g, "attn.relative_position_index",
+                               cl_shape_make(1, (int64_t[]){6}), CL_I64, &ix));
+    CL_TRY(cl_graph_table_gather(
+        g, "attn.bias", "attn.relative_position_bias_table", ix, &ta, &b));
+    CL_TRY(cl_graph_matmul(g, "qb", q, b, &ma, &s));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", s, &p));
+    CL_TRY(cl_graph_linear(g, "fc", p, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    CL_TRY(cl_graph_finalize(g));
+    for (int k = 0; k < 6; k++)
+        cl_graph_buffer_i64(g, ix)[k] = BIAS_INDEX[k];
+    return CL_OK;
+}
+
+#endif
