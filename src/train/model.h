@@ -42,8 +42,7 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
  * "class k" otherwise.  A model by arch name, for inspection and for
  * pipelines to run before any training; backend as cl_model_open_as. */
 cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
-                          const char *backend, cl_plan_mode mode,
-                          int threads);
+                          const char *backend, cl_plan_mode mode, int threads);
 void cl_model_close(cl_model *m);
 
 /* The eval transforms for src_h x src_w images (0 x 0: variable sizes). */
