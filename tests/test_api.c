@@ -211,6 +211,25 @@ CL_TEST(classify_and_embed)
     CHECK_OK(cl_classifier_embed_file(c, png, e1));
     CHECK_OK(cl_classifier_embed(c, px, CL_PIXEL_U8, H, W, 3, e2));
     CHECK(memcmp(e1, e2, 512 * sizeof(float)) == 0);
+    /* Batches of features: each row its image's, up to rounding. */
+    float *eb = calloc(3 * 512, sizeof(float));
+    REQUIRE(eb);
+    const char *three[] = {png, png, png};
+    CHECK_OK(cl_classifier_embed_files(c, 3, three, eb));
+    double dmax = 0;
+    for (int i = 0; i < 3 * 512; i++)
+        dmax = fmax(dmax, fabs(eb[i] - e1[i % 512]));
+    CHECK(dmax < 1e-4);
+    CHECK_OK(cl_classifier_embed_batch(c, 2, px, CL_PIXEL_U8, H, W, 3, eb));
+    dmax = 0;
+    for (int i = 0; i < 512; i++)
+        dmax = fmax(dmax, fabs(eb[i] - e1[i]));
+    CHECK(dmax < 1e-4);
+    CHECK_ERR(cl_classifier_embed_files(c, 3, three, NULL), CL_ERR_ARG,
+              "feat is NULL");
+    const char *bad3[] = {png, "/nonexistent/x.png", png};
+    CHECK_ERR(cl_classifier_embed_files(c, 3, bad3, eb), CL_ERR_IO, "image 1");
+    free(eb);
     double norm = 0;
     for (int i = 0; i < 512; i++)
         norm += e1[i] * e1[i];

@@ -143,6 +143,19 @@ CL_API cl_status cl_classifier_embed_file(cl_classifier *c, const char *path,
 CL_API cl_status cl_classifier_embed(cl_classifier *c, const void *pixels,
                                      cl_pixel_type type, int h, int w,
                                      int channels, float *feat);
+/* The features of n images of one size stored one after another (as
+ * cl_classifier_classify_batch takes them) into feat (n, embed_dim), 16
+ * per forward.  Not thread-safe on one handle. */
+CL_API cl_status cl_classifier_embed_batch(cl_classifier *c, int n,
+                                           const void *pixels,
+                                           cl_pixel_type type, int h, int w,
+                                           int channels, float *feat);
+/* The features of n files into feat (n, embed_dim), 16 per forward; stops
+ * at the first file that fails, naming it.  Not thread-safe on one
+ * handle. */
+CL_API cl_status cl_classifier_embed_files(cl_classifier *c, int n,
+                                           const char *const *paths,
+                                           float *feat);
 
 /* ------------------------------------------------------------ evaluation */
 

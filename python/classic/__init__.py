@@ -151,6 +151,13 @@ _classify_batch = _fn("cl_classifier_classify_batch", ctypes.c_int,
 _classify_files = _fn("cl_classifier_classify_files", ctypes.c_int,
                       ctypes.c_void_p, ctypes.c_int,
                       ctypes.POINTER(ctypes.c_char_p), _c_float_p)
+_embed_files = _fn("cl_classifier_embed_files", ctypes.c_int,
+                   ctypes.c_void_p, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_char_p), _c_float_p)
+_embed_batch = _fn("cl_classifier_embed_batch", ctypes.c_int,
+                   ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   _c_float_p)
 _embed_file = _fn("cl_classifier_embed_file", ctypes.c_int, ctypes.c_void_p,
                   ctypes.c_char_p, _c_float_p)
 _embed = _fn("cl_classifier_embed", ctypes.c_int, ctypes.c_void_p,
@@ -257,6 +264,29 @@ class Model:
             _check(by_pixels(h, a.ctypes.data_as(ctypes.c_void_p), t, ih, iw,
                              c, ptr))
 
+    def _batched(self, items, out, by_files, by_pixels):
+        """Runs several paths, or several arrays of one shape and type, in
+        one batch call into out; False when the items are mixed."""
+        ptr = out.ctypes.data_as(_c_float_p)
+        if len(items) < 2:
+            return False
+        if all(isinstance(x, (str, bytes, os.PathLike)) for x in items):
+            paths = (ctypes.c_char_p * len(items))(
+                *[os.fsencode(x) for x in items])
+            _check(by_files(self._handle(), len(items), paths, ptr))
+            return True
+        if not all(isinstance(x, np.ndarray) for x in items):
+            return False
+        arrs = [_pixels(x) for x in items]
+        if len({(a[1], a[2], a[3], a[4]) for a in arrs}) != 1:
+            return False
+        _, t, ih, iw, c = arrs[0]
+        stack = np.ascontiguousarray(np.stack([x[0] for x in arrs]))
+        _check(by_pixels(self._handle(), len(items),
+                         stack.ctypes.data_as(ctypes.c_void_p), t, ih, iw, c,
+                         ptr))
+        return True
+
     @staticmethod
     def _many(images):
         single = (isinstance(images, (str, bytes, os.PathLike)) or
@@ -274,22 +304,9 @@ class Model:
         batches of the library's batch size."""
         items, single = self._many(images)
         out = np.empty((len(items), self.num_classes), dtype=np.float32)
-        ptr = out.ctypes.data_as(_c_float_p)
-        if len(items) > 1 and all(
-                isinstance(x, (str, bytes, os.PathLike)) for x in items):
-            paths = (ctypes.c_char_p * len(items))(
-                *[os.fsencode(x) for x in items])
-            _check(_classify_files(self._handle(), len(items), paths, ptr))
+        if not single and self._batched(items, out, _classify_files,
+                                        _classify_batch):
             return out
-        if len(items) > 1 and all(isinstance(x, np.ndarray) for x in items):
-            arrs = [_pixels(x) for x in items]
-            if len({(a[1], a[2], a[3], a[4]) for a in arrs}) == 1:
-                a, t, ih, iw, c = arrs[0]
-                stack = np.ascontiguousarray(np.stack([x[0] for x in arrs]))
-                _check(_classify_batch(self._handle(), len(items),
-                                       stack.ctypes.data_as(ctypes.c_void_p),
-                                       t, ih, iw, c, ptr))
-                return out
         for i, img in enumerate(items):
             self._one(img, out[i], _classify_file,
                       lambda h, p, t, ih, iw, c, ptr:
@@ -319,9 +336,14 @@ class Model:
                 for i in range(n)]
 
     def embed(self, images):
-        """Pooled penultimate features: (embed_dim,) or (N, embed_dim)."""
+        """Pooled penultimate features: (embed_dim,) or (N, embed_dim).
+        Several paths, or several arrays of one shape and type, run as
+        batches of the library's batch size."""
         items, single = self._many(images)
         out = np.empty((len(items), self.embed_dim), dtype=np.float32)
+        if not single and self._batched(items, out, _embed_files,
+                                        _embed_batch):
+            return out
         for i, img in enumerate(items):
             self._one(img, out[i], _embed_file, _embed)
         return out[0] if single else out

@@ -162,7 +162,10 @@ def test_embed():
         e = m.embed(path)
         assert e.shape == (m.embed_dim,) == (512,)
         assert np.array_equal(e, m.embed(img))
-        assert m.embed([img, img]).shape == (2, 512)
+        two = m.embed([img, img])
+        assert two.shape == (2, 512) and np.allclose(two[1], e, atol=1e-4)
+        files = m.embed([path] * 3)
+        assert files.shape == (3, 512) and np.allclose(files, e, atol=1e-4)
         assert np.isfinite(e).all()
 
 

@@ -26,7 +26,7 @@ struct cl_classifier {
     cl_graph bg;
     int bg_ready;
     cl_backend *bbe;
-    float *bx, *blogits;
+    float *bx, *blogits, *bfeat;
 };
 
 /* Images per forward of the batch calls. */
@@ -155,6 +155,7 @@ void cl_classifier_free(cl_classifier *c)
         cl_graph_free(&c->bg);
     cl_free(c->bx);
     cl_free(c->blogits);
+    cl_free(c->bfeat);
     cl_model_close(&c->m);
     free(c);
 }
@@ -371,15 +372,24 @@ typedef cl_status (*image_fn)(cl_classifier *c, const void *ctx, int i);
 /* n images through the batch network, CL_CLASSIFIER_BATCH per forward
  * (the last forward padded with zeros, whose rows are dropped); probs
  * receives (n, num_classes).  Errors name image i. */
-static cl_status classify_many(cl_classifier *c, int n, image_fn get,
-                               const void *ctx, float *probs, const char *fn)
+static cl_status run_many(cl_classifier *c, int n, image_fn get,
+                          const void *ctx, float *probs, float *feat,
+                          const char *fn)
 {
     cl_model *m = &c->m;
-    int K = m->num_classes;
+    int K = m->num_classes, D = c->dim;
     size_t per = (size_t)m->in_c * m->side * m->side;
+    if (feat && D == 0)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "%s: this model has no feature layer to embed with",
+                        fn);
     cl_status s = batch_net(c);
     if (s != CL_OK)
         return cl_error_wrap(s, "%s: ", fn);
+    if (feat && !c->bfeat &&
+        !(c->bfeat = cl_alloc((size_t)CL_CLASSIFIER_BATCH * D * sizeof(float),
+                              "batch features")))
+        return CL_ERR_NOMEM;
     for (int i0 = 0; i0 < n; i0 += CL_CLASSIFIER_BATCH) {
         int nb = n - i0 < CL_CLASSIFIER_BATCH ? n - i0 : CL_CLASSIFIER_BATCH;
         for (int j = 0; j < nb; j++)
@@ -389,12 +399,23 @@ static cl_status classify_many(cl_classifier *c, int n, image_fn get,
         memset(c->bx + nb * per, 0,
                (CL_CLASSIFIER_BATCH - nb) * per * sizeof(float));
         if ((s = cl_backend_set_input(c->bbe, c->bx, NULL, NULL)) != CL_OK ||
-            (s = cl_backend_forward(c->bbe, 0, NULL)) != CL_OK ||
-            (s = cl_backend_read(c->bbe, c->bg.logits, c->blogits)) != CL_OK)
+            (s = cl_backend_forward(c->bbe, 0, NULL)) != CL_OK)
             return s;
-        for (int j = 0; j < nb; j++)
-            softmax(c->blogits + (size_t)j * K, K,
-                    probs + (size_t)(i0 + j) * K);
+        if (probs) {
+            if ((s = cl_backend_read(c->bbe, c->bg.logits, c->blogits)) !=
+                CL_OK)
+                return s;
+            for (int j = 0; j < nb; j++)
+                softmax(c->blogits + (size_t)j * K, K,
+                        probs + (size_t)(i0 + j) * K);
+        }
+        if (feat) {
+            if ((s = cl_backend_read(c->bbe, c->bg.features, c->bfeat)) !=
+                CL_OK)
+                return s;
+            memcpy(feat + (size_t)i0 * D, c->bfeat,
+                   (size_t)nb * D * sizeof(float));
+        }
     }
     return CL_OK;
 }
@@ -422,17 +443,17 @@ static cl_status image_from_file(cl_classifier *c, const void *ctx, int i)
     return cl_image_load(paths[i], 0, 0, &c->img);
 }
 
-cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
-                                       const void *pixels, cl_pixel_type type,
-                                       int h, int w, int channels, float *probs)
+/* n in-memory images of one size: probabilities and/or features. */
+static cl_status pixels_many(cl_classifier *c, int n, const void *pixels,
+                             cl_pixel_type type, int h, int w, int channels,
+                             float *probs, float *feat, const char *fn)
 {
-    const char *fn = "cl_classifier_classify_batch";
     if (!c)
         return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
     if (n < 0)
         return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
-    if (!probs)
-        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    if (!probs && !feat)
+        return cl_error(CL_ERR_ARG, "%s: the output is NULL", fn);
     if (n == 0)
         return CL_OK;
     /* The description is checked once, on the first image. */
@@ -443,26 +464,64 @@ cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
     pixels_ctx x = {
         pixels, type, h, w, channels, (size_t)h * w * channels * elem, fn};
     if (n == 1)
-        return run(c, probs, NULL);
-    return classify_many(c, n, image_from_pixels, &x, probs, fn);
+        return run(c, probs, feat);
+    return run_many(c, n, image_from_pixels, &x, probs, feat, fn);
 }
 
-cl_status cl_classifier_classify_files(cl_classifier *c, int n,
-                                       const char *const *paths, float *probs)
+/* n files: probabilities and/or features. */
+static cl_status files_many(cl_classifier *c, int n, const char *const *paths,
+                            float *probs, float *feat, const char *fn)
 {
-    const char *fn = "cl_classifier_classify_files";
     if (!c)
         return cl_error(CL_ERR_ARG, "%s: classifier is NULL", fn);
     if (n < 0)
         return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
     if (n > 0 && !paths)
         return cl_error(CL_ERR_ARG, "%s: paths is NULL", fn);
-    if (n > 0 && !probs)
-        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    if (n > 0 && !probs && !feat)
+        return cl_error(CL_ERR_ARG, "%s: the output is NULL", fn);
     if (n == 1)
-        return from_file(c, paths[0], probs, NULL, fn);
+        return from_file(c, paths[0], probs, feat, fn);
     return n == 0 ? CL_OK
-                  : classify_many(c, n, image_from_file, paths, probs, fn);
+                  : run_many(c, n, image_from_file, paths, probs, feat, fn);
+}
+
+cl_status cl_classifier_classify_batch(cl_classifier *c, int n,
+                                       const void *pixels, cl_pixel_type type,
+                                       int h, int w, int channels, float *probs)
+{
+    const char *fn = "cl_classifier_classify_batch";
+    if (c && !probs)
+        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    return pixels_many(c, n, pixels, type, h, w, channels, probs, NULL, fn);
+}
+
+cl_status cl_classifier_classify_files(cl_classifier *c, int n,
+                                       const char *const *paths, float *probs)
+{
+    const char *fn = "cl_classifier_classify_files";
+    if (c && n > 0 && paths && !probs)
+        return cl_error(CL_ERR_ARG, "%s: probs is NULL", fn);
+    return files_many(c, n, paths, probs, NULL, fn);
+}
+
+cl_status cl_classifier_embed_batch(cl_classifier *c, int n, const void *pixels,
+                                    cl_pixel_type type, int h, int w,
+                                    int channels, float *feat)
+{
+    const char *fn = "cl_classifier_embed_batch";
+    if (c && !feat)
+        return cl_error(CL_ERR_ARG, "%s: feat is NULL", fn);
+    return pixels_many(c, n, pixels, type, h, w, channels, NULL, feat, fn);
+}
+
+cl_status cl_classifier_embed_files(cl_classifier *c, int n,
+                                    const char *const *paths, float *feat)
+{
+    const char *fn = "cl_classifier_embed_files";
+    if (c && n > 0 && paths && !feat)
+        return cl_error(CL_ERR_ARG, "%s: feat is NULL", fn);
+    return files_many(c, n, paths, NULL, feat, fn);
 }
 
 int cl_classifier_top_k(const cl_classifier *c, const float *probs, int k,
