@@ -117,4 +117,66 @@ static cl_status build_bias(cl_graph *g)
     return CL_OK;
 }
 
+/* Swin's window attention in miniature: x (N,C,H,W) -> ln: layernorm
+ * over W -> gelu -> q, k: linear over W (5 -> 4) -> s = q k^T (N,C,H,H)
+ * -> p = softmax(s + bias + mask) -> o = p v (v a third linear) -> gap
+ * (N,C) -> fc -> loss (the mean of p itself would be a constant).  The bias is
+ * table_gather(table (7,4), index (C,H)) -> (C,H,H), broadcast over N, as
+ * the relative position bias over windows; the mask an f32 buffer
+ * (N,1,H,H) of 0 and -100, broadcast over C (over heads in Swin).  plain:
+ * softmax(s) alone (n_in 1, no buffer). */
+static cl_status build_attn_softmax_how(cl_graph *g, int plain)
+{
+    int x, l, a, q, k, v, s, ix, b = -1, m = -1, p, o, pl, y;
+    cl_layernorm_attr la = cl_layernorm_attr_make(GW);
+    /* k without a bias: q . b_k shifts a whole row of scores, which the
+     * softmax cancels, so its gradient would be exactly zero. */
+    cl_linear_attr pa = {GW, GH, 1}, ka = {GW, GH, 0}, fa = {GC, GK, 1};
+    cl_matmul_attr qk = {1}, pv = {0};
+    cl_table_gather_attr ta = {7, GH};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_layernorm(g, "ln", x, &la, &l));
+    CL_TRY(cl_graph_gelu(g, "act", l, &a));
+    CL_TRY(cl_graph_linear(g, "q", a, &pa, &q));
+    CL_TRY(cl_graph_linear(g, "k", a, &ka, &k));
+    CL_TRY(cl_graph_linear(g, "v", a, &pa, &v));
+    CL_TRY(cl_graph_matmul(g, "qk", q, k, &qk, &s));
+    if (!plain) {
+        CL_TRY(cl_graph_buffer_add(g, "attn.index",
+                                   cl_shape_make(2, (int64_t[]){GC, GH}),
+                                   CL_I64, &ix));
+        CL_TRY(
+            cl_graph_table_gather(g, "attn.bias", "attn.table", ix, &ta, &b));
+        CL_TRY(cl_graph_buffer_add(
+            g, "attn.mask", cl_shape_make(4, (int64_t[]){g->batch, 1, GH, GH}),
+            CL_F32, &m));
+    }
+    CL_TRY(cl_graph_softmax(g, "attn.softmax", s, b, m, &p));
+    CL_TRY(cl_graph_matmul(g, "pv", p, v, &pv, &o));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", o, &pl));
+    CL_TRY(cl_graph_linear(g, "fc", pl, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    CL_TRY(cl_graph_finalize(g));
+    if (plain)
+        return CL_OK;
+    int64_t *index = cl_graph_buffer_i64(g, ix);
+    for (int k2 = 0; k2 < GC * GH; k2++)
+        index[k2] = (5 * k2 + 2) % 7;
+    float *mask = cl_graph_buffer(g, m);
+    for (int k2 = 0; k2 < g->batch * GH * GH; k2++)
+        mask[k2] = k2 % 3 == 1 ? -100.0f : 0.0f;
+    return CL_OK;
+}
+
+static cl_status build_attn_softmax(cl_graph *g)
+{
+    return build_attn_softmax_how(g, 0);
+}
+
+static cl_status build_plain_softmax(cl_graph *g)
+{
+    return build_attn_softmax_how(g, 1);
+}
+
 #endif

@@ -158,6 +158,10 @@ CL_TEST(grad_inputs_per_op)
     /* the logits, never the labels or targets */
     CHECK(cl_op_grad_inputs(CL_OP_SOFTMAX_CE) == 0x1u);
     CHECK(cl_op_grad_inputs(CL_OP_CONV2D) == 0x1u);
+    /* x and the optional bias; a node without the bias has n_in 1 */
+    CHECK(cl_op_grad_inputs(CL_OP_SOFTMAX) == 0x3u);
+    CHECK(cl_op_grad_inputs(CL_OP_LAYERNORM) == 0x1u);
+    CHECK(cl_op_grad_inputs(CL_OP_GELU) == 0x1u);
     CHECK(cl_op_grad_inputs(CL_OP_COUNT) == 0u);
 }
 
@@ -334,4 +338,94 @@ CL_TEST(kernel_args_carry_the_step_key)
     REQUIRE_OK(cl_backend_forward(c.be, 1, &l1));
     CHECK(l0 == l1);
     gcase_free(&c);
+}
+
+/* Swin's attention ops on the ref backend: layernorm (its gamma and beta
+ * tagged as the norm group), gelu, and softmax of a score plus a
+ * broadcast bias (whose table takes its gradient through the softmax) and
+ * a constant mask; every param against finite differences of the loss.
+ * Then the same graph with neither bias nor mask (n_in 1 while the op
+ * differentiates two inputs). */
+CL_TEST(attention_softmax_layernorm_gelu_gradients)
+{
+    static const gbuild_fn builds[2] = {build_attn_softmax,
+                                        build_plain_softmax};
+    for (int k = 0; k < 2; k++) {
+        gcase c;
+        cl_status s = gcase_make(&c, builds[k], "ref");
+        if (s != CL_OK) {
+            cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+            gcase_free(&c);
+            return;
+        }
+        cl_graph *g = &c.g;
+        int sm = -1;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].op == CL_OP_SOFTMAX)
+                sm = i;
+        REQUIRE(sm >= 0);
+        CHECK(g->nodes[sm].n_in == (k == 0 ? 2 : 1));
+        CHECK(g->nodes[sm].n_buf == (k == 0 ? 1 : 0));
+        int gm = cl_graph_find(g, "ln.weight"),
+            bt = cl_graph_find(g, "ln.bias");
+        REQUIRE(gm >= 0 && bt >= 0);
+        CHECK(g->tensors[gm].param_flags == CL_PARAM_BN &&
+              g->tensors[bt].param_flags == CL_PARAM_BN);
+        /* Larger v and fc weights: the gradients that pass through the
+         * softmax (q, k, the bias table) are otherwise too small for the
+         * finite differences to tell from zero. */
+        const char *big[2] = {"v.weight", "fc.weight"};
+        for (int j = 0; j < 2; j++) {
+            int t = cl_graph_find(g, big[j]);
+            REQUIRE(t >= 0);
+            for (int64_t e = 0; e < cl_graph_numel(g, t); e++)
+                cl_graph_param(g, t)[e] *= 6.0f;
+        }
+        /* The probabilities sum to one per row; masked entries are ~0. */
+        REQUIRE_OK(cl_backend_forward(c.be, 1, NULL));
+        float p[GN * GC * GH * GH];
+        REQUIRE_OK(cl_backend_read(c.be, g->nodes[sm].out, p));
+        for (int r = 0; r < GN * GC * GH; r++) {
+            double sum = 0;
+            for (int j = 0; j < GH; j++)
+                sum += p[r * GH + j];
+            CHECK_NEAR(sum, 1.0, 1e-5);
+        }
+        if (k == 0) {
+            const float *mask = cl_graph_buffer(g, g->nodes[sm].buf[0]);
+            const int n0 = 1, c0 = 2; /* any (n, c) row block */
+            for (int e = 0; e < GH * GH; e++)
+                if (mask[n0 * GH * GH + e] < 0)
+                    CHECK(p[(n0 * GC + c0) * GH * GH + e] < 1e-30f);
+        }
+        fd_all_params(&c);
+        gcase_free(&c);
+    }
+}
+
+CL_TEST(softmax_layernorm_builder_errors)
+{
+    cl_graph g;
+    int x, y, fb, ib;
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    REQUIRE_OK(cl_graph_input(&g, GC, GH, GW, &x));
+    REQUIRE_OK(cl_graph_buffer_add(
+        &g, "m", cl_shape_make(2, (int64_t[]){GH, GW}), CL_F32, &fb));
+    REQUIRE_OK(cl_graph_buffer_add(
+        &g, "i", cl_shape_make(2, (int64_t[]){GH, GW}), CL_I64, &ib));
+    CHECK_ERR(cl_graph_softmax(&g, "sm", x, -1, ib, &y), CL_ERR_ARG,
+              "sm: the mask (tensor");
+    CHECK_ERR(cl_graph_softmax(&g, "sm", x, fb, -1, &y), CL_ERR_ARG,
+              "sm: bias tensor 'm' is not an activation");
+    REQUIRE_OK(cl_graph_buffer_add(
+        &g, "m2", cl_shape_make(2, (int64_t[]){2, GW}), CL_F32, &fb));
+    CHECK_ERR(cl_graph_softmax(&g, "sm", x, -1, fb, &y), CL_ERR_SHAPE,
+              "sm: softmax: mask dimension 0 is 2, expected 1 or 4");
+    cl_layernorm_attr la = cl_layernorm_attr_make(GH);
+    CHECK_ERR(cl_graph_layernorm(&g, "ln", x, &la, &y), CL_ERR_SHAPE,
+              "ln: layernorm: input's last dimension is 5, attr.features "
+              "is 4");
+    REQUIRE_OK(cl_graph_softmax(&g, "sm", x, x, -1, &y));
+    CHECK(g.nodes[g.n_nodes - 1].n_in == 2);
+    cl_graph_free(&g);
 }

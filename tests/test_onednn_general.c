@@ -139,3 +139,13 @@ CL_TEST(param_only_node_through_fallback_like_ref)
     CHECK(fb ==
           (1u << CL_OP_LINEAR | 1u << CL_OP_MATMUL | 1u << CL_OP_TABLE_GATHER));
 }
+
+/* Swin's attention ops (layernorm, gelu, softmax of a score plus a
+ * broadcast bias and a constant mask) and the same graph with a plain
+ * softmax (n_in 1). */
+CL_TEST(attention_softmax_like_ref)
+{
+    unsigned fb;
+    parity(build_attn_softmax, &fb);
+    parity(build_plain_softmax, &fb);
+}

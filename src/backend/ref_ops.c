@@ -365,6 +365,72 @@ static cl_status ref_softmax_ce_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+static cl_status ref_layernorm_forward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_layernorm_attr *at = &n->attr.layernorm;
+    const int64_t rows = cl_graph_numel(a->g, n->in[0]) / at->features;
+    cl_layernorm_forward(a->y, a->sv->mean, a->sv->invstd, a->x[0],
+                         cl_graph_param(a->g, n->param[0]),
+                         cl_graph_param(a->g, n->param[1]), rows, at->features,
+                         at->eps);
+    return CL_OK;
+}
+
+static cl_status ref_layernorm_backward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_layernorm_attr *at = &n->attr.layernorm;
+    const int64_t rows = cl_graph_numel(a->g, n->in[0]) / at->features;
+    cl_layernorm_backward(a->dx[0], grad_or_null(a->g, n, 0),
+                          grad_or_null(a->g, n, 1), a->dy, a->x[0], a->sv->mean,
+                          a->sv->invstd, cl_graph_param(a->g, n->param[0]),
+                          rows, at->features);
+    return CL_OK;
+}
+
+static cl_status ref_gelu_forward(const cl_ref_args *a)
+{
+    cl_gelu_forward(a->y, a->x[0], cl_graph_numel(a->g, a->n->out));
+    return CL_OK;
+}
+
+static cl_status ref_gelu_backward(const cl_ref_args *a)
+{
+    if (a->dx[0])
+        cl_gelu_backward(a->dx[0], a->dy, a->x[0],
+                         cl_graph_numel(a->g, a->n->out));
+    return CL_OK;
+}
+
+/* The bias is in[1] when the node has one, the mask buf[0]. */
+static cl_softmax_dims softmax_dims(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const cl_graph *g = a->g;
+    return cl_softmax_dims_of(
+        in_shape(a), n->n_in > 1 ? &g->tensors[n->in[1]].shape : NULL,
+        n->n_buf > 0 ? &g->tensors[n->buf[0]].shape : NULL);
+}
+
+static cl_status ref_softmax_forward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    cl_softmax_dims d = softmax_dims(a);
+    cl_softmax_forward(a->y, a->x[0], n->n_in > 1 ? a->x[1] : NULL,
+                       n->n_buf > 0 ? cl_graph_buffer(a->g, n->buf[0]) : NULL,
+                       &d);
+    return CL_OK;
+}
+
+static cl_status ref_softmax_backward(const cl_ref_args *a)
+{
+    cl_softmax_dims d = softmax_dims(a);
+    cl_softmax_backward(a->dx[0], a->n->n_in > 1 ? a->dx[1] : NULL, a->dy, a->y,
+                        &d);
+    return CL_OK;
+}
+
 void cl_ref_args_key(cl_ref_args *a, const cl_backend *be, int node)
 {
     a->rng_seed = be->rng_seed;
@@ -431,13 +497,27 @@ static cl_status softmax_ce_saved(cl_ref_saved *sv, const cl_graph *g,
     return sv->probs ? CL_OK : CL_ERR_NOMEM;
 }
 
+/* mean and rstd per row (in the mean / invstd fields). */
+static cl_status layernorm_saved(cl_ref_saved *sv, const cl_graph *g,
+                                 const cl_node *n, int train, size_t *sums)
+{
+    (void)train;
+    (void)sums;
+    size_t rows =
+        (size_t)(cl_graph_numel(g, n->in[0]) / n->attr.layernorm.features);
+    sv->mean = alloc_n(rows, sizeof(float), n->name);
+    sv->invstd = alloc_n(rows, sizeof(float), n->name);
+    return sv->mean && sv->invstd ? CL_OK : CL_ERR_NOMEM;
+}
+
 /* Per op; NULL for the ops that save nothing. */
 static const saved_fn op_saved[CL_OP_COUNT] = {
     [CL_OP_BATCHNORM2D] = batchnorm2d_saved,
     [CL_OP_MAXPOOL2D] = maxpool2d_saved,
     [CL_OP_SOFTMAX_CE] = softmax_ce_saved,
+    [CL_OP_LAYERNORM] = layernorm_saved,
 };
-CL_OP_TABLE_CHECK(op_saved, 10);
+CL_OP_TABLE_CHECK(op_saved, 13);
 
 cl_status cl_ref_saved_alloc(cl_ref_saved *sv, const cl_graph *g,
                              const cl_node *n, int train, size_t *sums)

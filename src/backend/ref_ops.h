@@ -14,7 +14,8 @@
 
 /* What a node's forward saves for its backward. */
 typedef struct cl_ref_saved {
-    float *mean, *invstd; /* batchnorm2d: batch statistics (C) */
+    float *mean, *invstd; /* batchnorm2d: batch statistics (C); layernorm:
+                             mean and rstd per row */
     double count;         /* batchnorm2d: samples behind them, all ranks */
     int32_t *idx;         /* maxpool2d, training: argmax (N,C,OH,OW) */
     float *probs;         /* softmax_ce: (N,K) */

@@ -392,6 +392,75 @@ cl_status cl_graph_table_gather(cl_graph *g, const char *name,
     return CL_OK;
 }
 
+cl_status cl_graph_layernorm(cl_graph *g, const char *name, int x,
+                             const cl_layernorm_attr *a, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    cl_shape ys;
+    cl_status s = cl_layernorm_infer(a, &g->tensors[x].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_LAYERNORM, name, ys, &n));
+    int ni = (int)(n - g->nodes), t;
+    n->attr.layernorm = *a;
+    n->in[0] = x;
+    n->n_in = 1;
+    int64_t c = a->features;
+    cl_shape cs = cl_shape_make(1, &c);
+    /* In the norm group: exempt from weight decay as BN's are. */
+    CL_TRY(add_state(g, &t, CL_GT_PARAM, cs, name, "weight", CL_PARAM_BN));
+    g->nodes[ni].param[g->nodes[ni].n_param++] = t;
+    CL_TRY(add_state(g, &t, CL_GT_PARAM, cs, name, "bias", CL_PARAM_BN));
+    g->nodes[ni].param[g->nodes[ni].n_param++] = t;
+    *out = g->nodes[ni].out;
+    return CL_OK;
+}
+
+cl_status cl_graph_gelu(cl_graph *g, const char *name, int x, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_GELU, name, g->tensors[x].shape, &n));
+    n->in[0] = x;
+    n->n_in = 1;
+    *out = n->out;
+    return CL_OK;
+}
+
+cl_status cl_graph_softmax(cl_graph *g, const char *name, int x, int bias,
+                           int mask_buf, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    if (bias >= 0)
+        CL_TRY(check_tensor(g, name, bias, "bias"));
+    if (mask_buf >= 0 && (mask_buf >= g->n_tensors ||
+                          g->tensors[mask_buf].kind != CL_GT_BUFFER ||
+                          g->tensors[mask_buf].dtype != CL_F32))
+        return cl_error(CL_ERR_ARG,
+                        "%s: the mask (tensor %d) is not an f32 buffer", name,
+                        mask_buf);
+    cl_shape ys;
+    cl_status s = cl_softmax_infer(
+        &g->tensors[x].shape, bias >= 0 ? &g->tensors[bias].shape : NULL,
+        mask_buf >= 0 ? &g->tensors[mask_buf].shape : NULL, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_SOFTMAX, name, ys, &n));
+    n->in[0] = x;
+    n->n_in = 1;
+    if (bias >= 0)
+        n->in[n->n_in++] = bias;
+    if (mask_buf >= 0)
+        n->buf[n->n_buf++] = mask_buf;
+    *out = n->out;
+    return CL_OK;
+}
+
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft)
 {
@@ -617,7 +686,7 @@ static const node_macs_fn node_macs[CL_OP_COUNT] = {
     [CL_OP_LINEAR] = linear_macs,
     [CL_OP_MATMUL] = matmul_macs,
 };
-CL_OP_TABLE_CHECK(node_macs, 10);
+CL_OP_TABLE_CHECK(node_macs, 13);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {

@@ -34,7 +34,7 @@ typedef enum cl_gtensor_kind {
 enum {
     CL_PARAM_WEIGHT = 1, /* conv / linear weights */
     CL_PARAM_BIAS = 2,
-    CL_PARAM_BN = 4,  /* BN gamma and beta */
+    CL_PARAM_BN = 4,  /* BN and LayerNorm gamma/beta */
     CL_PARAM_HEAD = 8 /* the classifier head (fc) */
 };
 
@@ -61,6 +61,7 @@ typedef union cl_op_attr {
     cl_softmax_ce_attr softmax_ce;
     cl_matmul_attr matmul;
     cl_table_gather_attr table_gather;
+    cl_layernorm_attr layernorm;
 } cl_op_attr;
 
 enum { CL_NODE_MAX_IN = 3, CL_NODE_MAX_PARAM = 2, CL_NODE_MAX_BUF = 2 };
@@ -73,8 +74,10 @@ typedef struct cl_node {
      * batchnorm2d: in[0]=x, param = {gamma, beta}, buf = {running_mean,
      * running_var}; add: in = {a, b}; matmul: in = {a, b}; softmax_ce:
      * in = {logits, labels or targets}; table_gather: no input (n_in 0),
-     * param = {table}, buf = {index}; others: in[0]=x.  Which inputs take
-     * a gradient is the op's (cl_op_grad_inputs). */
+     * param = {table}, buf = {index}; layernorm: in[0]=x, param =
+     * {gamma, beta}; softmax: in[0]=x, in[1]=bias when it has one (n_in 1
+     * or 2), buf[0]=mask when it has one (n_buf 0 or 1); others: in[0]=x. Which
+     * inputs take a gradient is the op's (cl_op_grad_inputs). */
     int in[CL_NODE_MAX_IN];
     int n_in;
     int param[CL_NODE_MAX_PARAM];
@@ -143,6 +146,18 @@ cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
 cl_status cl_graph_table_gather(cl_graph *g, const char *name,
                                 const char *table, int index,
                                 const cl_table_gather_attr *attr, int *out);
+/* LayerNorm over the last dimension of x (cl_layernorm_infer), with new
+ * params "<name>.weight" (gamma) and "<name>.bias" (beta), (features),
+ * tagged CL_PARAM_BN. */
+cl_status cl_graph_layernorm(cl_graph *g, const char *name, int x,
+                             const cl_layernorm_attr *a, int *out);
+/* Exact GELU of x, any rank. */
+cl_status cl_graph_gelu(cl_graph *g, const char *name, int x, int *out);
+/* softmax over the last axis of x + bias + mask (cl_softmax_infer): bias
+ * an activation that takes a gradient, mask_buf an F32 buffer
+ * (cl_graph_buffer_add) that takes none; -1 for either means none. */
+cl_status cl_graph_softmax(cl_graph *g, const char *name, int x, int bias,
+                           int mask_buf, int *out);
 /* Adds the loss over logits; soft != 0 takes (N, K) targets instead of
  * integer labels.  Sets g->logits, g->labels or g->targets, g->loss. */
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,

@@ -103,14 +103,34 @@ static void init_table_gather(cl_graph *g, const cl_node *n, const init_ctx *c)
         p[k] = (float)(0.02 * cl_rng_normal(&r));
 }
 
+/* torch.nn.LayerNorm's reset_parameters: gamma 1, beta 0. */
+static void init_layernorm(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    (void)c;
+    int ch = n->attr.layernorm.features;
+    fill(cl_graph_param(g, n->param[0]), ch, 1.0f);
+    fill(cl_graph_param(g, n->param[1]), ch, 0.0f);
+}
+
+/* softmax's mask buffer (Swin's shifted-window mask) is the model's to
+ * fill, as the gather's index is. */
+static void init_softmax(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    (void)g;
+    (void)n;
+    (void)c;
+}
+
 /* Per op; NULL for ops with neither parameters nor buffers. */
 static const init_fn op_init[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = init_conv2d,
     [CL_OP_BATCHNORM2D] = init_batchnorm2d,
     [CL_OP_LINEAR] = init_linear,
     [CL_OP_TABLE_GATHER] = init_table_gather,
+    [CL_OP_LAYERNORM] = init_layernorm,
+    [CL_OP_SOFTMAX] = init_softmax,
 };
-CL_OP_TABLE_CHECK(op_init, 10);
+CL_OP_TABLE_CHECK(op_init, 13);
 
 cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
                          uint64_t seed)

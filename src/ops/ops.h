@@ -205,6 +205,86 @@ void cl_table_gather_backward(float *dtable, const float *dy,
                               const int64_t *index, int64_t M, int rows,
                               int cols);
 
+/* ---- layernorm ------------------------------------------------------------
+ */
+/* torch.nn.LayerNorm(features): normalises each row over the LAST
+ * dimension, y = (x - mean) * rstd * gamma + beta with the biased
+ * variance, rstd = 1 / sqrt(var + eps). */
+typedef struct cl_layernorm_attr {
+    int features; /* the last dimension C */
+    float eps;    /* 1e-5 by default, as PyTorch */
+} cl_layernorm_attr;
+
+cl_layernorm_attr cl_layernorm_attr_make(int features);
+/* x of rank 2..5 with last dimension attr.features -> y of x's shape. */
+cl_status cl_layernorm_infer(const cl_layernorm_attr *a, const cl_shape *x,
+                             cl_shape *y);
+/* Statistics in double, per row.  y, x: (rows,C)  mean, rstd: (rows),
+ * saved for backward (either may be NULL)  gamma, beta: (C) */
+void cl_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                          const float *gamma, const float *beta, int64_t rows,
+                          int C, float eps);
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma;
+ * dgamma = sum over rows of dy xhat, dbeta = sum of dy (rows in order). */
+void cl_layernorm_backward(float *dx, float *dgamma, float *dbeta,
+                           const float *dy, const float *x, const float *mean,
+                           const float *rstd, const float *gamma, int64_t rows,
+                           int C);
+
+/* ---- gelu ---------------------------------------------------------------- */
+/* Exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()'s default, not
+ * the tanh approximation).  y may alias x; backward reads x. */
+void cl_gelu_forward(float *y, const float *x, int64_t n);
+void cl_gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+
+/* ---- softmax ------------------------------------------------------------- */
+/* y = softmax over the LAST axis of x + b + m: x an activation of rank
+ * 2..5; b (an activation, takes a gradient) and m (a constant buffer, the
+ * shifted-window mask) optional, each broadcast to x's shape as numpy does
+ * (right-aligned; a missing or size-1 dimension repeats); their last
+ * dimension must equal x's.  Swin: x (B,nW,heads,N,N), b (heads,N,N),
+ * m (nW,1,N,N). */
+cl_status cl_softmax_infer(const cl_shape *x, const cl_shape *b,
+                           const cl_shape *m, cl_shape *y);
+/* Where the rows of b and m lie for each row of x: x's rows (all but its
+ * last dimension) as a multi-index over d, and the row strides of b and
+ * m along each (0 where they broadcast). */
+typedef struct cl_softmax_dims {
+    int nd;       /* row dimensions: x's rank - 1 */
+    int64_t rows; /* their product */
+    int C;        /* the last dimension */
+    int64_t d[CL_MAX_DIMS];
+    int64_t sb[CL_MAX_DIMS], sm[CL_MAX_DIMS];
+    int64_t b_rows; /* rows of b (its elements / C), 0 without b */
+} cl_softmax_dims;
+
+/* The sizes of a valid (cl_softmax_infer) call; b and m may be NULL. */
+cl_softmax_dims cl_softmax_dims_of(const cl_shape *x, const cl_shape *b,
+                                   const cl_shape *m);
+/* The row of b (or m, with sm) that row r of x reads. */
+static inline int64_t cl_softmax_row_of(const cl_softmax_dims *d,
+                                        const int64_t *s, int64_t r)
+{
+    int64_t o = 0;
+    for (int k = d->nd - 1; k >= 0; k--) {
+        o += (r % d->d[k]) * s[k];
+        r /= d->d[k];
+    }
+    return o;
+}
+/* y: x's shape  x: (rows,C)  b, m: their shapes or NULL.  Shifted by the
+ * row maximum, summed in double. */
+void cl_softmax_forward(float *y, const float *x, const float *b,
+                        const float *m, const cl_softmax_dims *d);
+/* dx = y (dy - sum(dy y)) per row; db = dx summed over b's broadcast
+ * dimensions, each element by one thread in a fixed order (independent of
+ * the thread count).  dx may be NULL; db NULL when b takes no gradient. */
+void cl_softmax_backward(float *dx, float *db, const float *dy, const float *y,
+                         const cl_softmax_dims *d);
+/* db (b_rows,C), overwritten: dz (x's shape) summed over the rows of x
+ * that read each row of b, in increasing order, in double. */
+void cl_softmax_bias_grad(float *db, const float *dz, const cl_softmax_dims *d);
+
 /* ---- softmax cross-entropy ------------------------------------------------
  */
 /* Mean over the batch of -sum_k t_k log softmax(logits)_k, where the target
