@@ -110,7 +110,7 @@ static const init_fn op_init[CL_OP_COUNT] = {
     [CL_OP_LINEAR] = init_linear,
     [CL_OP_TABLE_GATHER] = init_table_gather,
 };
-CL_OP_TABLE_CHECK(op_init, 10);
+CL_OP_TABLE_CHECK(op_init, 13);
 
 cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
                          uint64_t seed)
