@@ -54,7 +54,7 @@ static cl_status build_attention(cl_graph *g)
 {
     int x, q, k, v, s, o, p, y;
     cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
-    cl_matmul_attr qk = {1}, sv = {0};
+    cl_matmul_attr qk = {1, 1.0f}, sv = {0, 1.0f};
     cl_softmax_ce_attr sa = {GK, 0.0f};
     CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
     CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
@@ -99,7 +99,7 @@ static cl_status build_bias(cl_graph *g)
     int x, q, ix, b, s, p, y;
     cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
     cl_table_gather_attr ta = {7, 6};
-    cl_matmul_attr ma = {0};
+    cl_matmul_attr ma = {0, 1.0f};
     cl_softmax_ce_attr sa = {GK, 0.0f};
     CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
     CL_TRY(cl_graph_linear(g, "q", x, &pa, &q));
@@ -132,7 +132,7 @@ static cl_status build_attn_softmax_how(cl_graph *g, int plain)
     /* k without a bias: q . b_k shifts a whole row of scores, which the
      * softmax cancels, so its gradient would be exactly zero. */
     cl_linear_attr pa = {GW, GH, 1}, ka = {GW, GH, 0}, fa = {GC, GK, 1};
-    cl_matmul_attr qk = {1}, pv = {0};
+    cl_matmul_attr qk = {1, 0.5f}, pv = {0, 1.0f};
     cl_table_gather_attr ta = {7, GH};
     cl_softmax_ce_attr sa = {GK, 0.0f};
     CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
@@ -177,6 +177,88 @@ static cl_status build_attn_softmax(cl_graph *g)
 static cl_status build_plain_softmax(cl_graph *g)
 {
     return build_attn_softmax_how(g, 1);
+}
+
+/* Swin's data movements on a 4x4 token grid (build_window): window side
+ * WS, cyclic shift WSHIFT. */
+enum { WG = 4, WS = 2, WSHIFT = 1, WE = 6 };
+
+/* NCHW (N,C,WG,WG) -> NHWC (N,WG*WG,C), one float per row. */
+static void nhwc_index(int64_t *ix, int N, int C)
+{
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < WG; h++)
+            for (int w = 0; w < WG; w++)
+                for (int c = 0; c < C; c++)
+                    ix[((n * WG + h) * WG + w) * C + c] =
+                        ((int64_t)n * C + c) * WG * WG + h * WG + w;
+}
+
+/* The window row of token (n, h, w) of the grid rolled by -WSHIFT
+ * (torch.roll(x, (-s, -s))) and partitioned into WSxWS windows. */
+static int64_t window_row(int n, int h, int w)
+{
+    const int nw = WG / WS;
+    return (((int64_t)n * nw + h / WS) * nw + w / WS) * WS * WS +
+           (h % WS) * WS + w % WS;
+}
+
+/* fwd: cyclic shift + window partition, (N,WG*WG,E) -> (N*nW,WS*WS,E);
+ * inv: window reverse + shift back, its inverse. */
+static void window_index(int64_t *fwd, int64_t *inv, int N)
+{
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < WG; h++)
+            for (int w = 0; w < WG; w++) {
+                /* rolled[h][w] = x[(h + s) % G][(w + s) % G] */
+                const int64_t src = ((int64_t)n * WG + (h + WSHIFT) % WG) * WG +
+                                    (w + WSHIFT) % WG;
+                fwd[window_row(n, h, w)] = src;
+                inv[src] = window_row(n, h, w);
+            }
+}
+
+/* Swin's block in miniature, every gather index filled after finalize:
+ * x (N,C,H,W) -> proj: linear over W (5 -> 4), (N,C,4,4) -> to_nhwc:
+ * row_gather (cols 1) (N,16,C) -> embed: linear (C -> 6) -> shift +
+ * window partition: row_gather (cols 6) (N*4,4,6) -> s = 0.5 w w^T ->
+ * o = s w -> window reverse + shift back (N,16,6) -> droppath (p 0.25) ->
+ * token mean (N,6) -> fc -> loss. */
+static cl_status build_window(cl_graph *g)
+{
+    int x, p, t, e, w, s, o, r, dp, m, y, inh, iw, iv;
+    const int N = g->batch, nw = (WG / WS) * (WG / WS);
+    cl_linear_attr pa = {GW, WG, 1}, ea = {GC, WE, 1}, fa = {WE, GK, 1};
+    cl_matmul_attr qk = {1, 0.5f}, sv = {0, 1.0f};
+    cl_droppath_attr da = {0.25f};
+    cl_softmax_ce_attr sa = {GK, 0.0f};
+    const int64_t rows = (int64_t)N * WG * WG;
+    CL_TRY(cl_graph_input(g, GC, GH, GW, &x));
+    CL_TRY(cl_graph_buffer_add(g, "to_nhwc.index",
+                               cl_shape_make(1, (int64_t[]){rows * GC}), CL_I64,
+                               &inh));
+    CL_TRY(cl_graph_buffer_add(
+        g, "window.index", cl_shape_make(1, (int64_t[]){rows}), CL_I64, &iw));
+    CL_TRY(cl_graph_buffer_add(
+        g, "reverse.index", cl_shape_make(1, (int64_t[]){rows}), CL_I64, &iv));
+    CL_TRY(cl_graph_linear(g, "proj", x, &pa, &p));
+    cl_shape ts = cl_shape_make(3, (int64_t[]){N, WG * WG, GC});
+    CL_TRY(cl_graph_row_gather(g, "to_nhwc", p, inh, 1, &ts, &t));
+    CL_TRY(cl_graph_linear(g, "embed", t, &ea, &e));
+    cl_shape ws = cl_shape_make(3, (int64_t[]){(int64_t)N * nw, WS * WS, WE});
+    CL_TRY(cl_graph_row_gather(g, "window", e, iw, WE, &ws, &w));
+    CL_TRY(cl_graph_matmul(g, "qk", w, w, &qk, &s));
+    CL_TRY(cl_graph_matmul(g, "sv", s, w, &sv, &o));
+    cl_shape rs = cl_shape_make(3, (int64_t[]){N, WG * WG, WE});
+    CL_TRY(cl_graph_row_gather(g, "reverse", o, iv, WE, &rs, &r));
+    CL_TRY(cl_graph_droppath(g, "drop", r, &da, &dp));
+    CL_TRY(cl_graph_token_meanpool(g, "mean", dp, &m));
+    CL_TRY(cl_graph_linear(g, "fc", m, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    CL_TRY(cl_graph_finalize(g));
+    nhwc_index(cl_graph_buffer_i64(g, inh), N, GC);
+    window_index(cl_graph_buffer_i64(g, iw), cl_graph_buffer_i64(g, iv), N);
+    return CL_OK;
 }
 
 #endif

@@ -429,3 +429,81 @@ CL_TEST(softmax_layernorm_builder_errors)
     CHECK(g.nodes[g.n_nodes - 1].n_in == 2);
     cl_graph_free(&g);
 }
+
+/* Swin's data movements as row gathers (NCHW -> NHWC, cyclic shift and
+ * window partition, window reverse and shift back), the scaled product
+ * q k^T, droppath and the token mean, every param's gradient against
+ * finite differences of the loss (droppath's mask is the same at every
+ * forward of one step).  The window index and its reverse compose to the
+ * identity; a bad index stops forward naming the node. */
+CL_TEST(window_attention_gradients)
+{
+    enum { ROWS = GN * WG * WG };
+    int64_t fwd[ROWS], inv[ROWS];
+    window_index(fwd, inv, GN);
+    for (int i = 0; i < ROWS; i++)
+        CHECK(inv[fwd[i]] == i && fwd[inv[i]] == i);
+    gcase c;
+    cl_status s = gcase_make(&c, build_window, "ref");
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        gcase_free(&c);
+        return;
+    }
+    cl_graph *g = &c.g;
+    /* A step whose mask keeps one sample and drops the other, so the
+     * check sees both. */
+    int drop = -1;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == CL_OP_DROPPATH)
+            drop = k;
+    REQUIRE(drop >= 0);
+    uint64_t step = 0;
+    for (;; step++) {
+        cl_rng r;
+        cl_rng_init_node(&r, 3, step, (uint64_t)drop);
+        if ((cl_droppath_scale(&r, 0, 0.25f) == 0.0f) !=
+            (cl_droppath_scale(&r, 1, 0.25f) == 0.0f))
+            break;
+    }
+    cl_backend_set_step(c.be, 3, step);
+    fd_all_params(&c);
+    /* The shifted windows' product, reversed: the tokens of the gathered
+     * output are the ref kernels' rows. */
+    int win = g->nodes[drop].in[0];
+    float rv[ROWS * WE];
+    REQUIRE_OK(cl_backend_read(c.be, win, rv));
+    CHECK(isfinite(rv[0]));
+    int ix = cl_graph_find(g, "window.index");
+    REQUIRE(ix >= 0);
+    cl_graph_buffer_i64(g, ix)[3] = ROWS;
+    CHECK_ERR(cl_backend_forward(c.be, 1, NULL), CL_ERR_ARG,
+              "window: row_gather: index[3] is 32, expected 0..31");
+    gcase_free(&c);
+}
+
+/* The builders' refusals name the node and the field. */
+CL_TEST(token_builders_errors)
+{
+    cl_graph g;
+    int x, ix, fx, y;
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    REQUIRE_OK(cl_graph_input(&g, GC, GH, GW, &x));
+    cl_shape s1 = cl_shape_make(1, (int64_t[]){GN * GC * GH});
+    REQUIRE_OK(cl_graph_buffer_add(&g, "ix", s1, CL_I64, &ix));
+    REQUIRE_OK(cl_graph_buffer_add(&g, "fx", s1, CL_F32, &fx));
+    cl_shape os = cl_shape_make(2, (int64_t[]){GN * GC * GH, GW});
+    CHECK_ERR(cl_graph_row_gather(&g, "g", x, fx, GW, &os, &y), CL_ERR_ARG,
+              "g: the index (tensor");
+    CHECK_ERR(cl_graph_row_gather(&g, "g", x, ix, 0, &os, &y), CL_ERR_SHAPE,
+              "g: row_gather: attr.cols is 0");
+    REQUIRE_OK(cl_graph_row_gather(&g, "g", x, ix, GW, &os, &y));
+    cl_droppath_attr bad = {-0.1f};
+    CHECK_ERR(cl_graph_droppath(&g, "d", x, &bad, &y), CL_ERR_SHAPE,
+              "d: droppath: attr.p is -0.1");
+    CHECK_ERR(cl_graph_token_meanpool(&g, "m", x, &y), CL_ERR_SHAPE,
+              "m: token_meanpool: input has 4 dimensions");
+    CHECK_ERR(cl_graph_token_meanpool(&g, "m", ix, &y), CL_ERR_ARG,
+              "m: input tensor 'ix' is not an activation");
+    cl_graph_free(&g);
+}

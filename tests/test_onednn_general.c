@@ -149,3 +149,11 @@ CL_TEST(attention_softmax_like_ref)
     parity(build_attn_softmax, &fb);
     parity(build_plain_softmax, &fb);
 }
+
+/* Swin's data movements (row_gather for the shifted window partition and
+ * its inverse, droppath, token_meanpool). */
+CL_TEST(window_ops_like_ref)
+{
+    unsigned fb;
+    parity(build_window, &fb);
+}

@@ -37,7 +37,7 @@ CL_TEST(matmul_forward_hand)
     const float a[4] = {1, 2, 3, 4}, b[6] = {1, 0, -1, 2, 1, 0};
     const float bt[6] = {1, 2, 0, 1, -1, 0};
     float y[6];
-    cl_matmul_attr at = {0}, tt = {1};
+    cl_matmul_attr at = {0, 1.0f}, tt = {1, 1.0f};
     cl_shape as = cl_shape_make(2, (int64_t[]){2, 2});
     cl_shape bs = cl_shape_make(2, (int64_t[]){2, 3}), bts, ys;
     bts = cl_shape_make(2, (int64_t[]){3, 2});
@@ -57,7 +57,7 @@ CL_TEST(matmul_forward_hand)
 
 CL_TEST(matmul_infer_errors)
 {
-    cl_matmul_attr at = {0};
+    cl_matmul_attr at = {0, 1.0f};
     cl_shape y;
     cl_shape a4 = cl_shape_make(4, (int64_t[]){2, 3, 4, 5});
     cl_shape b4 = cl_shape_make(4, (int64_t[]){2, 3, 5, 6});
@@ -77,7 +77,7 @@ CL_TEST(matmul_infer_errors)
     CHECK_ERR(cl_matmul_infer(&at, &a4, &bk, &y), CL_ERR_SHAPE,
               "inner dimensions differ: 5 in the first input, 6 in the "
               "second");
-    cl_matmul_attr tt = {1};
+    cl_matmul_attr tt = {1, 1.0f};
     REQUIRE_OK(cl_matmul_infer(&tt, &a4, &bk, &y));
     CHECK(y.d[3] == 6);
     cl_shape a1 = cl_shape_make(1, (int64_t[]){5});
@@ -110,7 +110,12 @@ CL_TEST(matmul_grad_fd)
     cl_rng_init(&rng, 41, 0);
     for (int shared = 0; shared <= 1; shared++)
         for (int trans = 0; trans <= 1; trans++) {
-            mm_case c = {{B, M, K, N, !shared}, {trans}, a, b, y, r};
+            mm_case c = {{B, M, K, N, !shared},
+                         {trans, trans ? 0.35f : -1.5f},
+                         a,
+                         b,
+                         y,
+                         r};
             const int64_t nb = (int64_t)(shared ? 1 : B) * K * N;
             cl_fd_uniform(a, B * M * K, -1, 1, &rng);
             cl_fd_uniform(b, nb, -1, 1, &rng);
@@ -392,4 +397,256 @@ CL_TEST(softmax_grad_fd)
             s += y[i * N + c];
         CHECK_NEAR(s, 1.0, 1e-6);
     }
+}
+
+/* alpha scales the product and both gradients; 0 and non-finite are
+ * refused (an attr left zeroed is a mistake, not a zero product). */
+CL_TEST(matmul_alpha_values_and_errors)
+{
+    const float a[4] = {1, 2, 3, 4}, b[6] = {1, 0, -1, 2, 1, 0};
+    float y[6];
+    cl_matmul_attr at = {0, 0.5f};
+    cl_shape as = cl_shape_make(2, (int64_t[]){2, 2});
+    cl_shape bs = cl_shape_make(2, (int64_t[]){2, 3}), ys;
+    REQUIRE_OK(cl_matmul_infer(&at, &as, &bs, &ys));
+    cl_matmul_dims d = cl_matmul_dims_of(&at, &as, &bs);
+    cl_matmul_forward(y, a, b, &d, &at);
+    const float ey[6] = {2.5f, 1, -0.5f, 5.5f, 2, -1.5f};
+    CHECK_VALUES(y, ey, 6, 1e-6);
+    cl_matmul_attr zero = {0, 0.0f}, inf = {1, INFINITY};
+    CHECK_ERR(cl_matmul_infer(&zero, &as, &bs, &ys), CL_ERR_SHAPE,
+              "matmul: attr.alpha is 0, expected a finite nonzero scale");
+    CHECK_ERR(cl_matmul_infer(&inf, &as, &bs, &ys), CL_ERR_SHAPE,
+              "attr.alpha is inf");
+}
+
+/* ---- row_gather -------------------------------------------------------- */
+
+typedef struct rg_case {
+    float *x, *y, *r;
+    const int64_t *index;
+    int64_t M;
+    int cols;
+} rg_case;
+
+static double rg_loss(void *ctx)
+{
+    rg_case *c = ctx;
+    cl_row_gather_forward(c->y, c->x, c->index, c->M, c->cols);
+    return cl_fd_dot(c->y, c->r, c->M * c->cols);
+}
+
+/* Rows copied whole; dx sums dy's rows where the index repeats and is
+ * zero where no position reads; both against finite differences, for a
+ * repeating index and for a permutation (a transpose, cols 1). */
+CL_TEST(row_gather_values_grad_and_errors)
+{
+    enum { R = 6, C = 3, M = 8 };
+    static const int64_t index[M] = {5, 0, 5, 2, 5, 0, 1, 3};
+    float x[R * C], y[M * C], r[M * C], dx[R * C];
+    cl_rng rng;
+    cl_rng_init(&rng, 47, 0);
+    cl_fd_uniform(x, R * C, -1, 1, &rng);
+    cl_fd_uniform(r, M * C, -1, 1, &rng);
+    cl_row_gather_forward(y, x, index, M, C);
+    for (int i = 0; i < M; i++)
+        CHECK(memcmp(y + C * i, x + C * index[i], C * sizeof(float)) == 0);
+    rg_case c = {x, y, r, index, M, C};
+    cl_row_gather_backward(dx, r, index, M, R, C);
+    CL_FD_CHECK("row_gather dx", x, R * C, dx, rg_loss, &c, LIN_H, LIN_RTOL,
+                LIN_ATOL, &rng, 256);
+    for (int k = 0; k < C; k++)
+        CHECK(dx[4 * C + k] == 0.0f); /* row 4 is never read */
+    for (int k = 0; k < C; k++)       /* row 5: positions 0, 2, 4 in order */
+        CHECK(dx[5 * C + k] == (r[k] + r[2 * C + k]) + r[4 * C + k]);
+
+    /* (2,3,4) -> (2,4,3): a transpose of each sample's last two axes with
+     * cols 1, the index a permutation. */
+    enum { TN = 2, TA = 3, TB = 4, TT = TN * TA * TB };
+    int64_t perm[TT];
+    float tx[TT], ty[TT], tr[TT], tdx[TT];
+    for (int n = 0; n < TN; n++)
+        for (int b = 0; b < TB; b++)
+            for (int a = 0; a < TA; a++)
+                perm[(n * TB + b) * TA + a] = (n * TA + a) * TB + b;
+    cl_fd_uniform(tx, TT, -1, 1, &rng);
+    cl_fd_uniform(tr, TT, -1, 1, &rng);
+    cl_row_gather_forward(ty, tx, perm, TT, 1);
+    CHECK(ty[(1 * TB + 2) * TA + 1] == tx[(1 * TA + 1) * TB + 2]);
+    rg_case t = {tx, ty, tr, perm, TT, 1};
+    cl_row_gather_backward(tdx, tr, perm, TT, TT, 1);
+    CL_FD_CHECK("row_gather transpose dx", tx, TT, tdx, rg_loss, &t, LIN_H,
+                LIN_RTOL, LIN_ATOL, &rng, 256);
+
+    REQUIRE_OK(cl_row_gather_check(index, M, R));
+    CHECK_ERR(cl_row_gather_check(index, M, 5), CL_ERR_ARG,
+              "row_gather: index[0] is 5, expected 0..4 (the input's rows)");
+    const int64_t neg[2] = {0, -1};
+    CHECK_ERR(cl_row_gather_check(neg, 2, R), CL_ERR_ARG, "index[1] is -1");
+
+    cl_shape xs = cl_shape_make(3, (int64_t[]){2, 3, 4}), ys;
+    cl_shape i6 = cl_shape_make(1, (int64_t[]){6});
+    cl_row_gather_attr ga = {4, cl_shape_make(2, (int64_t[]){3, 8})};
+    REQUIRE_OK(cl_row_gather_infer(&ga, &xs, &i6, &ys));
+    CHECK(ys.ndim == 2 && ys.d[0] == 3 && ys.d[1] == 8);
+    cl_row_gather_attr bad = ga;
+    bad.cols = 0;
+    CHECK_ERR(cl_row_gather_infer(&bad, &xs, &i6, &ys), CL_ERR_SHAPE,
+              "row_gather: attr.cols is 0, expected 1 or more");
+    bad.cols = 5;
+    CHECK_ERR(cl_row_gather_infer(&bad, &xs, &i6, &ys), CL_ERR_SHAPE,
+              "input has 24 elements, expected a positive multiple of "
+              "attr.cols 5");
+    bad = ga;
+    bad.out = cl_shape_make(2, (int64_t[]){3, 7});
+    CHECK_ERR(cl_row_gather_infer(&bad, &xs, &i6, &ys), CL_ERR_SHAPE,
+              "attr.out has 21 elements, expected a multiple of attr.cols 4");
+    bad.out = cl_shape_make(2, (int64_t[]){3, 0});
+    CHECK_ERR(cl_row_gather_infer(&bad, &xs, &i6, &ys), CL_ERR_SHAPE,
+              "attr.out dimension 1 is 0");
+    bad.out.ndim = 0;
+    CHECK_ERR(cl_row_gather_infer(&bad, &xs, &i6, &ys), CL_ERR_SHAPE,
+              "attr.out has 0 dimensions, expected 1..5");
+    cl_shape i5 = cl_shape_make(1, (int64_t[]){5});
+    CHECK_ERR(cl_row_gather_infer(&ga, &xs, &i5, &ys), CL_ERR_SHAPE,
+              "the index has 1 dimensions (first 5), expected 1 of 6");
+    cl_shape i23 = cl_shape_make(2, (int64_t[]){2, 3});
+    CHECK_ERR(cl_row_gather_infer(&ga, &xs, &i23, &ys), CL_ERR_SHAPE,
+              "the index has 2 dimensions");
+}
+
+/* ---- droppath ---------------------------------------------------------- */
+
+/* The fraction of samples kept over a large batch is near 1 - p (within
+ * 5 standard deviations), kept samples are scaled by 1 / (1 - p); the
+ * mask is the same for the same (seed, step, node), another for another
+ * step; p 0 keeps all, p 1 none. */
+CL_TEST(droppath_mask_fraction_and_determinism)
+{
+    enum { N = 20000, PER = 3 };
+    static float x[N * PER], y[N * PER], y2[N * PER];
+    const float p = 0.3f;
+    cl_rng r, r2;
+    for (int i = 0; i < N * PER; i++)
+        x[i] = 1.0f + (float)(i % 7);
+    cl_rng_init_node(&r, 5, 11, 3);
+    cl_droppath_forward(y, x, N, PER, p, &r);
+    int kept = 0;
+    for (int n = 0; n < N; n++) {
+        const float s = cl_droppath_scale(&r, n, p);
+        if (s != 0.0f) {
+            kept++;
+            CHECK(s == 1.0f / (1.0f - p));
+        }
+        for (int k = 0; k < PER; k++)
+            CHECK(y[n * PER + k] == x[n * PER + k] * s);
+    }
+    const double frac = (double)kept / N;
+    const double sd = sqrt(p * (1.0 - p) / N);
+    CHECK(fabs(frac - (1.0 - p)) < 5.0 * sd);
+    /* The same key draws the same mask, on its own numbers: the factor of
+     * a sample does not depend on the samples before it. */
+    cl_droppath_forward(y2, x, N, PER, p, &r);
+    CHECK(memcmp(y, y2, sizeof y) == 0);
+    cl_rng_init_node(&r2, 5, 12, 3);
+    cl_droppath_forward(y2, x, N, PER, p, &r2);
+    CHECK(memcmp(y, y2, sizeof y) != 0);
+    cl_rng_init_node(&r2, 5, 11, 4);
+    cl_droppath_forward(y2, x, N, PER, p, &r2);
+    CHECK(memcmp(y, y2, sizeof y) != 0);
+    cl_droppath_forward(y2, x, N, PER, 0.0f, &r);
+    CHECK(memcmp(x, y2, sizeof x) == 0);
+    cl_droppath_forward(y2, x, 64, PER, 1.0f, &r);
+    for (int i = 0; i < 64 * PER; i++)
+        CHECK(y2[i] == 0.0f);
+}
+
+typedef struct dp_case {
+    float *x, *y, *r;
+    int N;
+    int64_t per;
+    float p;
+    const cl_rng *rng;
+} dp_case;
+
+static double dp_loss(void *ctx)
+{
+    dp_case *c = ctx;
+    cl_droppath_forward(c->y, c->x, c->N, c->per, c->p, c->rng);
+    return cl_fd_dot(c->y, c->r, c->N * c->per);
+}
+
+/* With the mask fixed (one key), dx against finite differences; the
+ * shape rule's messages. */
+CL_TEST(droppath_grad_fd_and_errors)
+{
+    enum { N = 16, PER = 6 };
+    float x[N * PER], y[N * PER], r[N * PER], dx[N * PER];
+    cl_rng rng, key;
+    cl_rng_init(&rng, 53, 0);
+    cl_rng_init_node(&key, 9, 2, 1);
+    cl_fd_uniform(x, N * PER, -1, 1, &rng);
+    cl_fd_uniform(r, N * PER, -1, 1, &rng);
+    dp_case c = {x, y, r, N, PER, 0.4f, &key};
+    cl_droppath_backward(dx, r, N, PER, 0.4f, &key);
+    int dropped = 0;
+    for (int n = 0; n < N; n++)
+        dropped += dx[n * PER] == 0.0f;
+    CHECK(dropped > 0 && dropped < N); /* both kinds of sample are checked */
+    CL_FD_CHECK("droppath dx", x, N * PER, dx, dp_loss, &c, LIN_H, LIN_RTOL,
+                LIN_ATOL, &rng, 256);
+
+    cl_droppath_attr a = {0.2f}, bad = {1.5f}, nan_p = {NAN};
+    cl_shape xs = cl_shape_make(3, (int64_t[]){4, 5, 6}), ys;
+    REQUIRE_OK(cl_droppath_infer(&a, &xs, &ys));
+    CHECK(cl_shape_equal(&xs, &ys));
+    CHECK_ERR(cl_droppath_infer(&bad, &xs, &ys), CL_ERR_SHAPE,
+              "droppath: attr.p is 1.5, expected a probability in [0, 1]");
+    CHECK_ERR(cl_droppath_infer(&nan_p, &xs, &ys), CL_ERR_SHAPE,
+              "attr.p is nan");
+    cl_shape z = cl_shape_make(2, (int64_t[]){4, 0});
+    CHECK_ERR(cl_droppath_infer(&a, &z, &ys), CL_ERR_SHAPE,
+              "droppath: input dimension 1 is 0");
+}
+
+/* ---- token_meanpool ---------------------------------------------------- */
+
+typedef struct tm_case {
+    float *x, *y, *r;
+    int B, L, C;
+} tm_case;
+
+static double tm_loss(void *ctx)
+{
+    tm_case *c = ctx;
+    cl_token_meanpool_forward(c->y, c->x, c->B, c->L, c->C);
+    return cl_fd_dot(c->y, c->r, c->B * c->C);
+}
+
+CL_TEST(token_meanpool_values_grad_and_errors)
+{
+    enum { B = 2, L = 5, C = 3 };
+    float x[B * L * C], y[B * C], r[B * C], dx[B * L * C];
+    cl_rng rng;
+    cl_rng_init(&rng, 59, 0);
+    cl_fd_uniform(x, B * L * C, -1, 1, &rng);
+    cl_fd_uniform(r, B * C, -1, 1, &rng);
+    cl_token_meanpool_forward(y, x, B, L, C);
+    double s = 0;
+    for (int l = 0; l < L; l++)
+        s += x[(1 * L + l) * C + 2];
+    CHECK_NEAR(y[1 * C + 2], s / L, 1e-6);
+    tm_case c = {x, y, r, B, L, C};
+    cl_token_meanpool_backward(dx, r, B, L, C);
+    CL_FD_CHECK("token_meanpool dx", x, B * L * C, dx, tm_loss, &c, LIN_H,
+                LIN_RTOL, LIN_ATOL, &rng, 256);
+    cl_shape xs = cl_shape_make(3, (int64_t[]){B, L, C}), ys;
+    REQUIRE_OK(cl_token_meanpool_infer(&xs, &ys));
+    CHECK(ys.ndim == 2 && ys.d[0] == B && ys.d[1] == C);
+    cl_shape x4 = cl_shape_make(4, (int64_t[]){B, L, C, 1});
+    CHECK_ERR(cl_token_meanpool_infer(&x4, &ys), CL_ERR_SHAPE,
+              "token_meanpool: input has 4 dimensions, expected 3 (B,L,C)");
+    cl_shape x0 = cl_shape_make(3, (int64_t[]){B, 0, C});
+    CHECK_ERR(cl_token_meanpool_infer(&x0, &ys), CL_ERR_SHAPE,
+              "token_meanpool: input tokens is 0");
 }

@@ -344,6 +344,95 @@ static cl_status ref_table_gather_backward(const cl_ref_args *a)
     return CL_OK;
 }
 
+/* The index comes from the model after finalize: checked at every
+ * forward, an error naming the node rather than a wild read. */
+static cl_status ref_row_gather_forward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const int cols = n->attr.row_gather.cols;
+    const int64_t *ix = cl_graph_buffer_i64(a->g, n->buf[0]);
+    const int64_t M = cl_graph_numel(a->g, n->buf[0]);
+    const int64_t R = cl_graph_numel(a->g, n->in[0]) / cols;
+    cl_status s = cl_row_gather_check(ix, M, R);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", n->name);
+    cl_row_gather_forward(a->y, a->x[0], ix, M, cols);
+    return CL_OK;
+}
+
+static cl_status ref_row_gather_backward(const cl_ref_args *a)
+{
+    const cl_node *n = a->n;
+    const int cols = n->attr.row_gather.cols;
+    if (a->dx[0])
+        cl_row_gather_backward(a->dx[0], a->dy,
+                               cl_graph_buffer_i64(a->g, n->buf[0]),
+                               cl_graph_numel(a->g, n->buf[0]),
+                               cl_graph_numel(a->g, n->in[0]) / cols, cols);
+    return CL_OK;
+}
+
+/* Samples and elements per sample of a droppath node's input. */
+static void droppath_sizes(const cl_ref_args *a, int *N, int64_t *per)
+{
+    *N = (int)in_shape(a)->d[0];
+    *per = cl_graph_numel(a->g, a->n->in[0]) / *N;
+}
+
+/* The mask is drawn again in backward from the same key (the step does
+ * not change between a training forward and its backward), so nothing is
+ * saved. */
+static cl_status ref_droppath_forward(const cl_ref_args *a)
+{
+    const float p = a->n->attr.droppath.p;
+    int N;
+    int64_t per;
+    droppath_sizes(a, &N, &per);
+    if (!a->training || p == 0.0f) {
+        memcpy(a->y, a->x[0], (size_t)(N * per) * sizeof *a->y);
+        return CL_OK;
+    }
+    cl_rng r;
+    cl_ref_rng(a, &r);
+    cl_droppath_forward(a->y, a->x[0], N, per, p, &r);
+    return CL_OK;
+}
+
+static cl_status ref_droppath_backward(const cl_ref_args *a)
+{
+    const float p = a->n->attr.droppath.p;
+    int N;
+    int64_t per;
+    if (!a->dx[0])
+        return CL_OK;
+    droppath_sizes(a, &N, &per);
+    if (p == 0.0f) {
+        memcpy(a->dx[0], a->dy, (size_t)(N * per) * sizeof *a->dy);
+        return CL_OK;
+    }
+    cl_rng r;
+    cl_ref_rng(a, &r);
+    cl_droppath_backward(a->dx[0], a->dy, N, per, p, &r);
+    return CL_OK;
+}
+
+static cl_status ref_token_meanpool_forward(const cl_ref_args *a)
+{
+    const cl_shape *xs = in_shape(a);
+    cl_token_meanpool_forward(a->y, a->x[0], (int)xs->d[0], (int)xs->d[1],
+                              (int)xs->d[2]);
+    return CL_OK;
+}
+
+static cl_status ref_token_meanpool_backward(const cl_ref_args *a)
+{
+    const cl_shape *xs = in_shape(a);
+    if (a->dx[0])
+        cl_token_meanpool_backward(a->dx[0], a->dy, (int)xs->d[0],
+                                   (int)xs->d[1], (int)xs->d[2]);
+    return CL_OK;
+}
+
 static cl_status ref_softmax_ce_forward(const cl_ref_args *a)
 {
     if (!a->labels && !a->targets) {
@@ -517,7 +606,7 @@ static const saved_fn op_saved[CL_OP_COUNT] = {
     [CL_OP_SOFTMAX_CE] = softmax_ce_saved,
     [CL_OP_LAYERNORM] = layernorm_saved,
 };
-CL_OP_TABLE_CHECK(op_saved, 13);
+CL_OP_TABLE_CHECK(op_saved, 16);
 
 cl_status cl_ref_saved_alloc(cl_ref_saved *sv, const cl_graph *g,
                              const cl_node *n, int train, size_t *sums)

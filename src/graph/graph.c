@@ -461,6 +461,69 @@ cl_status cl_graph_softmax(cl_graph *g, const char *name, int x, int bias,
     return CL_OK;
 }
 
+cl_status cl_graph_row_gather(cl_graph *g, const char *name, int x,
+                              int index_buf, int cols,
+                              const cl_shape *out_shape, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    if (index_buf < 0 || index_buf >= g->n_tensors ||
+        g->tensors[index_buf].kind != CL_GT_BUFFER ||
+        g->tensors[index_buf].dtype != CL_I64)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the index (tensor %d) is not an i64 buffer", name,
+                        index_buf);
+    cl_row_gather_attr a = {cols, *out_shape};
+    cl_shape ys;
+    cl_status s = cl_row_gather_infer(&a, &g->tensors[x].shape,
+                                      &g->tensors[index_buf].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_ROW_GATHER, name, ys, &n));
+    n->attr.row_gather = a;
+    n->in[0] = x;
+    n->n_in = 1;
+    n->buf[n->n_buf++] = index_buf;
+    *out = n->out;
+    return CL_OK;
+}
+
+cl_status cl_graph_droppath(cl_graph *g, const char *name, int x,
+                            const cl_droppath_attr *attr, int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    cl_shape ys;
+    cl_status s = cl_droppath_infer(attr, &g->tensors[x].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_DROPPATH, name, ys, &n));
+    n->attr.droppath = *attr;
+    n->in[0] = x;
+    n->n_in = 1;
+    *out = n->out;
+    return CL_OK;
+}
+
+cl_status cl_graph_token_meanpool(cl_graph *g, const char *name, int x,
+                                  int *out)
+{
+    CL_TRY(check_open(g, name));
+    CL_TRY(check_tensor(g, name, x, "input"));
+    cl_shape ys;
+    cl_status s = cl_token_meanpool_infer(&g->tensors[x].shape, &ys);
+    if (s != CL_OK)
+        return cl_error_wrap(s, "%s: ", name);
+    cl_node *n;
+    CL_TRY(add_node(g, CL_OP_TOKEN_MEANPOOL, name, ys, &n));
+    n->in[0] = x;
+    n->n_in = 1;
+    *out = n->out;
+    return CL_OK;
+}
+
 cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
                               const cl_softmax_ce_attr *a, int soft)
 {
@@ -668,13 +731,18 @@ static int64_t conv2d_macs(const cl_graph *g, const cl_node *n)
            (int64_t)(a->in_ch / a->groups) * a->kh * a->kw;
 }
 
+/* Per image: every row of the input (one per image for the head, a
+ * token's for Swin's projections) over the graph's batch size. */
 static int64_t linear_macs(const cl_graph *g, const cl_node *n)
 {
-    (void)g;
-    return (int64_t)n->attr.linear.in_features * n->attr.linear.out_features;
+    const int64_t rows =
+        cl_graph_numel(g, n->in[0]) / n->attr.linear.in_features;
+    return rows * n->attr.linear.in_features * n->attr.linear.out_features /
+           g->batch;
 }
 
-/* Per image: the batch's products over the graph's batch size. */
+/* Per image: the batch's products (B*M*K*N) over the graph's batch
+ * size. */
 static int64_t matmul_macs(const cl_graph *g, const cl_node *n)
 {
     const cl_shape *a = &g->tensors[n->in[0]].shape;
@@ -686,7 +754,7 @@ static const node_macs_fn node_macs[CL_OP_COUNT] = {
     [CL_OP_LINEAR] = linear_macs,
     [CL_OP_MATMUL] = matmul_macs,
 };
-CL_OP_TABLE_CHECK(node_macs, 13);
+CL_OP_TABLE_CHECK(node_macs, 16);
 
 int64_t cl_graph_macs(const cl_graph *g)
 {

@@ -61,6 +61,8 @@ typedef union cl_op_attr {
     cl_softmax_ce_attr softmax_ce;
     cl_matmul_attr matmul;
     cl_table_gather_attr table_gather;
+    cl_row_gather_attr row_gather;
+    cl_droppath_attr droppath;
     cl_layernorm_attr layernorm;
 } cl_op_attr;
 
@@ -76,8 +78,9 @@ typedef struct cl_node {
      * in = {logits, labels or targets}; table_gather: no input (n_in 0),
      * param = {table}, buf = {index}; layernorm: in[0]=x, param =
      * {gamma, beta}; softmax: in[0]=x, in[1]=bias when it has one (n_in 1
-     * or 2), buf[0]=mask when it has one (n_buf 0 or 1); others: in[0]=x. Which
-     * inputs take a gradient is the op's (cl_op_grad_inputs). */
+     * or 2), buf[0]=mask when it has one (n_buf 0 or 1); row_gather:
+     * in[0]=x, buf = {index}; others: in[0]=x.  Which inputs take a
+     * gradient is the op's (cl_op_grad_inputs). */
     int in[CL_NODE_MAX_IN];
     int n_in;
     int param[CL_NODE_MAX_PARAM];
@@ -135,8 +138,9 @@ cl_status cl_graph_global_avgpool(cl_graph *g, const char *name, int x,
 cl_status cl_graph_linear(cl_graph *g, const char *name, int x,
                           const cl_linear_attr *a, int *out);
 cl_status cl_graph_add(cl_graph *g, const char *name, int a, int b, int *out);
-/* a b (a b^T with attr->trans_b) over the last two dimensions of two
- * activations (cl_matmul_infer); both take gradients. */
+/* alpha a b (alpha a b^T with attr->trans_b) over the last two dimensions
+ * of two activations (cl_matmul_infer; attr->alpha 1 for a plain
+ * product); both take gradients. */
 cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
                           const cl_matmul_attr *attr, int *out);
 /* A node that reads no activation: the rows of a new learnable table
@@ -146,6 +150,22 @@ cl_status cl_graph_matmul(cl_graph *g, const char *name, int a, int b,
 cl_status cl_graph_table_gather(cl_graph *g, const char *name,
                                 const char *table, int index,
                                 const cl_table_gather_attr *attr, int *out);
+/* Rows of activation x picked by `index`, an I64 buffer of shape (M)
+ * (cl_graph_buffer_add) that the model fills after finalize and every
+ * forward checks: x viewed as rows of `cols` floats, out (*out_shape,
+ * numel M * cols) as M such rows, row i = x's row index[i]
+ * (cl_row_gather_infer).  x takes the gradient (rows summed back). */
+cl_status cl_graph_row_gather(cl_graph *g, const char *name, int x,
+                              int index_buf, int cols,
+                              const cl_shape *out_shape, int *out);
+/* Stochastic depth per sample of x (N, ...) with drop probability
+ * attr->p in training, from the node's random stream; the identity in
+ * evaluation. */
+cl_status cl_graph_droppath(cl_graph *g, const char *name, int x,
+                            const cl_droppath_attr *attr, int *out);
+/* The mean over L of x (B, L, C) -> (B, C). */
+cl_status cl_graph_token_meanpool(cl_graph *g, const char *name, int x,
+                                  int *out);
 /* LayerNorm over the last dimension of x (cl_layernorm_infer), with new
  * params "<name>.weight" (gamma) and "<name>.bias" (beta), (features),
  * tagged CL_PARAM_BN. */
@@ -191,7 +211,7 @@ int64_t cl_graph_numel(const cl_graph *g, int t);
 /* Adds one to every BN's num_batches_tracked.  A backend calls it once per
  * training forward (as PyTorch counts), whatever it runs BN with. */
 void cl_graph_count_batch(cl_graph *g);
-/* Forward multiply-adds of conv2d and linear nodes, per image. */
+/* Forward multiply-adds of conv2d, linear and matmul nodes, per image. */
 int64_t cl_graph_macs(const cl_graph *g);
 /* A table of the nodes: name, op, output shape, parameters; then totals. */
 void cl_graph_print_layers(const cl_graph *g, FILE *f);

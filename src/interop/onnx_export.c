@@ -338,7 +338,7 @@ static const emit_fn op_emit[CL_OP_COUNT] = {
     [CL_OP_ADD] = emit_add,
     [CL_OP_SOFTMAX_CE] = emit_nothing,
 };
-CL_OP_TABLE_CHECK(op_emit, 13);
+CL_OP_TABLE_CHECK(op_emit, 16);
 
 static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                              cl_pb_writer *graph)

@@ -130,7 +130,7 @@ static const init_fn op_init[CL_OP_COUNT] = {
     [CL_OP_LAYERNORM] = init_layernorm,
     [CL_OP_SOFTMAX] = init_softmax,
 };
-CL_OP_TABLE_CHECK(op_init, 13);
+CL_OP_TABLE_CHECK(op_init, 16);
 
 cl_status cl_resnet_init(cl_graph *g, const cl_resnet_config *cfg,
                          uint64_t seed)

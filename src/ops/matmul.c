@@ -1,11 +1,18 @@
-/* matmul: batched matrix products over the last two dimensions (a b or
- * a b^T), shape rule and reference kernels. */
+/* matmul: batched matrix products over the last two dimensions (alpha a b
+ * or alpha a b^T), shape rule and reference kernels. */
+#include <math.h>
+
 #include "ops/ops.h"
 #include "ops/ops_internal.h"
 
 cl_status cl_matmul_infer(const cl_matmul_attr *at, const cl_shape *a,
                           const cl_shape *b, cl_shape *y)
 {
+    if (!(at->alpha != 0.0f && isfinite(at->alpha)))
+        return cl_error(CL_ERR_SHAPE,
+                        "matmul: attr.alpha is %g, expected a finite nonzero "
+                        "scale (1 for a plain product)",
+                        (double)at->alpha);
     if (a->ndim < 2 || a->ndim > CL_MAX_DIMS)
         return cl_error(CL_ERR_SHAPE,
                         "matmul: first input has %d dimensions, expected "
@@ -80,6 +87,7 @@ void cl_matmul_forward(float *y, const float *a, const float *b,
                        const cl_matmul_dims *d, const cl_matmul_attr *at)
 {
     const int B = d->B, M = d->M, K = d->K, N = d->N;
+    const double alpha = at->alpha;
     const int64_t rows = (int64_t)B * M;
     const int64_t work = rows * K * N;
 #pragma omp parallel for schedule(static) if (work >= CL_OPS_PAR_MIN)
@@ -92,7 +100,7 @@ void cl_matmul_forward(float *y, const float *a, const float *b,
             double s = 0.0;
             for (int64_t k = 0; k < K; k++)
                 s += (double)ar[k] * b_at(bm, k, n, K, N, at->trans_b);
-            yr[n] = (float)s;
+            yr[n] = (float)(alpha * s);
         }
     }
 }
@@ -102,6 +110,7 @@ void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
                         const cl_matmul_attr *at)
 {
     const int B = d->B, M = d->M, K = d->K, N = d->N;
+    const double alpha = at->alpha;
     const int64_t rows = (int64_t)B * M;
     const int64_t work = rows * K * N;
     if (da) {
@@ -115,7 +124,7 @@ void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
                 double s = 0.0;
                 for (int64_t n = 0; n < N; n++)
                     s += (double)dyr[n] * b_at(bm, k, n, K, N, at->trans_b);
-                da[r * K + k] = (float)s;
+                da[r * K + k] = (float)(alpha * s);
             }
         }
     }
@@ -140,9 +149,9 @@ void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
                     }
                 }
                 if (at->trans_b)
-                    dbm[n * K + k] = (float)s;
+                    dbm[n * K + k] = (float)(alpha * s);
                 else
-                    dbm[k * N + n] = (float)s;
+                    dbm[k * N + n] = (float)(alpha * s);
             }
         }
     }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "classic/status.h"
+#include "core/rng.h"
 #include "tensor/tensor.h"
 
 typedef enum cl_op_kind {
@@ -156,6 +157,10 @@ void cl_add_backward(float *da, float *db, const float *dy, int64_t n);
  * y is (..., M, N). */
 typedef struct cl_matmul_attr {
     int trans_b;
+    /* y = alpha (a b): attention's head_dim^-0.5 on q k^T.  Always given
+     * (1 for a plain product): the shape rule refuses 0, so an attr left
+     * zeroed is an error rather than a silent all-zero output. */
+    float alpha;
 } cl_matmul_attr;
 
 cl_status cl_matmul_infer(const cl_matmul_attr *at, const cl_shape *a,
@@ -171,11 +176,12 @@ typedef struct cl_matmul_dims {
 cl_matmul_dims cl_matmul_dims_of(const cl_matmul_attr *at, const cl_shape *a,
                                  const cl_shape *b);
 /* y: (B,M,N)  a: (B,M,K)  b: (B or 1,K,N), (B or 1,N,K) with trans_b.
- * Sums in double, in order of k. */
+ * Sums in double, in order of k, then scales by alpha. */
 void cl_matmul_forward(float *y, const float *a, const float *b,
                        const cl_matmul_dims *d, const cl_matmul_attr *at);
-/* da = dy b^T (dy b with trans_b); db = a^T dy (dy^T a with trans_b),
- * summed over B when b is one matrix.  Either gradient may be NULL. */
+/* da = alpha dy b^T (alpha dy b with trans_b); db = alpha a^T dy
+ * (alpha dy^T a with trans_b), summed over B when b is one matrix.  Either
+ * gradient may be NULL. */
 void cl_matmul_backward(float *da, float *db, const float *dy, const float *a,
                         const float *b, const cl_matmul_dims *d,
                         const cl_matmul_attr *at);
@@ -284,6 +290,66 @@ void cl_softmax_backward(float *dx, float *db, const float *dy, const float *y,
 /* db (b_rows,C), overwritten: dz (x's shape) summed over the rows of x
  * that read each row of b, in increasing order, in double. */
 void cl_softmax_bias_grad(float *db, const float *dz, const cl_softmax_dims *d);
+
+/* ---- row_gather ----------------------------------------------------------
+ */
+/* Rows of an activation picked by a fixed integer index: x viewed as R
+ * rows of cols contiguous floats, y as M rows, y[i, :] = x[index[i], :].
+ * Every data movement of Swin is one (cyclic shift and window partition,
+ * their inverse, patch merging, heads out of qkv, NCHW <-> NHWC): cols is
+ * the contiguous run that moves whole (C for token moves, 1 for a
+ * transpose).  index need not be a permutation. */
+typedef struct cl_row_gather_attr {
+    int cols;     /* floats per row */
+    cl_shape out; /* y's logical shape: rank 1..5, numel M * cols */
+} cl_row_gather_attr;
+
+/* x of rank 1..5 whose elements are whole rows; index 1-d of M = numel(out)
+ * / cols positions -> y: attr->out. */
+cl_status cl_row_gather_infer(const cl_row_gather_attr *a, const cl_shape *x,
+                              const cl_shape *index, cl_shape *y);
+/* CL_ERR_ARG naming the position when an index is outside [0, R). */
+cl_status cl_row_gather_check(const int64_t *index, int64_t M, int64_t R);
+/* y: (M,cols)  x: (R,cols)  index: (M), checked. */
+void cl_row_gather_forward(float *y, const float *x, const int64_t *index,
+                           int64_t M, int cols);
+/* dx (R,cols), overwritten: zero, then the rows of dy summed at their
+ * index in order of position (repeats sum the same on any thread count). */
+void cl_row_gather_backward(float *dx, const float *dy, const int64_t *index,
+                            int64_t M, int64_t R, int cols);
+
+/* ---- droppath (stochastic depth) -------------------------------------------
+ */
+/* torchvision's stochastic_depth(mode="row"): in training each sample n
+ * of x (N, ...) is kept with probability 1 - p and then scaled by
+ * 1 / (1 - p), or zeroed; the identity in evaluation and when p is 0. */
+typedef struct cl_droppath_attr {
+    float p; /* in [0, 1] */
+} cl_droppath_attr;
+
+/* x of rank 1..5 (N first) -> y: x's shape. */
+cl_status cl_droppath_infer(const cl_droppath_attr *a, const cl_shape *x,
+                            cl_shape *y);
+/* Sample n's factor, keep / (1 - p) with keep = (u_n < 1 - p), u_n the
+ * n-th uniform of the node's stream r (r as initialised, not advanced):
+ * one 32-bit word per sample, so any backend and thread count draws the
+ * same mask. */
+float cl_droppath_scale(const cl_rng *r, int64_t n, float p);
+/* y, x: (N,per); the mask of stream r.  y may alias x. */
+void cl_droppath_forward(float *y, const float *x, int N, int64_t per, float p,
+                         const cl_rng *r);
+/* dx = dy times the same factors (the stream again); dx may alias dy. */
+void cl_droppath_backward(float *dx, const float *dy, int N, int64_t per,
+                          float p, const cl_rng *r);
+
+/* ---- token_meanpool --------------------------------------------------------
+ */
+/* Swin's last pooling: the mean over the tokens.  x (B,L,C) -> y (B,C). */
+cl_status cl_token_meanpool_infer(const cl_shape *x, cl_shape *y);
+/* Sums in double in order of l. */
+void cl_token_meanpool_forward(float *y, const float *x, int B, int L, int C);
+void cl_token_meanpool_backward(float *dx, const float *dy, int B, int L,
+                                int C);
 
 /* ---- softmax cross-entropy ------------------------------------------------
  */

@@ -32,7 +32,7 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
     /* The loss computes its gradient in forward. */
     [CL_OP_SOFTMAX_CE] = {NULL, NULL, cl_dnnl_loss_fwd, NULL, NULL},
 };
-CL_OP_TABLE_CHECK(cl_dnnl_ops, 13);
+CL_OP_TABLE_CHECK(cl_dnnl_ops, 16);
 
 /* An op is supported when its table entry plans a forward; the others
  * run the reference kernels (fallback.c).  So does a linear node over an
