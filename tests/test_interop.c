@@ -238,7 +238,7 @@ CL_TEST(torch_live_roundtrip)
 
     cl_model m;
     REQUIRE_OK(cl_model_open(&m, st, N, "onednn", CL_PLAN_INFER, 0));
-    CHECK(m.arch.depth == 18 && m.num_classes == K && m.side == S);
+    CHECK(m.arch.resnet.depth == 18 && m.num_classes == K && m.side == S);
     CHECK(strcmp(m.class_names[4], "e") == 0);
     CHECK(m.cfg.n_mean == 3 && fabs(m.cfg.mean[0] - 0.485) < 1e-9);
     float got[10];
@@ -739,7 +739,7 @@ CL_TEST(mindspore_mindcv_resnet18)
     /* The .ckpt opens as a model by itself: the arch inferred from the
      * mapped names, every weight as written; `classic info` shows it. */
     REQUIRE_OK(cl_model_open_as(&m, ck, NULL, 1, NULL, CL_PLAN_INFER, 0));
-    CHECK(m.arch.depth == 18 && m.num_classes == 3 && m.foreign);
+    CHECK(m.arch.resnet.depth == 18 && m.num_classes == 3 && m.foreign);
     CHECK(m.g.n_param_floats == g1.n_param_floats &&
           memcmp(m.g.params, g1.params, g1.n_param_floats * 4) == 0);
     cl_model_close(&m);

@@ -267,7 +267,7 @@ CL_TEST(command_line_overrides)
     CHECK_OK(cl_config_check(&c));
     c.model = 42;
     CHECK_ERR(cl_config_check(&c), CL_ERR_CONFIG,
-              "key 'model' holds 42, outside its 5 values");
+              "key 'model' holds 42, outside its 7 values");
 }
 
 CL_TEST(resolved_config_round_trip)

@@ -551,8 +551,8 @@ CL_TEST(resnet18_matches_torch2safetensors)
     /* Opened as predict opens a checkpoint: the arch and head inferred. */
     cl_model m;
     REQUIRE_OK(cl_model_open(&m, tr, 1, "ref", CL_PLAN_INFER, 1));
-    CHECK(m.foreign && m.arch.depth == 18 && m.num_classes == 7);
-    CHECK(m.side == 224 && m.arch.stem == CL_STEM_IMAGENET);
+    CHECK(m.foreign && m.arch.resnet.depth == 18 && m.num_classes == 7);
+    CHECK(m.side == 224 && m.arch.resnet.stem == CL_STEM_IMAGENET);
     CHECK(m.cfg.n_mean == 3 && m.cfg.crop_pct > 0.87 && m.cfg.crop_pct < 0.88);
     CHECK(strcmp(m.class_names[6], "class 6") == 0);
     cl_model_close(&m);
@@ -820,35 +820,37 @@ CL_TEST(infer_every_depth)
              {152, 1, {3, 8, 36, 3}}};
     const char *path = cl_test_path("s.safetensors");
     cl_weights w;
-    cl_resnet_config rc;
+    cl_arch a;
+    const cl_resnet_config *rc = &a.resnet;
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
         write_skeleton(path, t[k].b, t[k].bottleneck, 64, 1000);
         REQUIRE_OK(cl_weights_open(&w, path));
         CHECK(!w.classic && w.src.counters_optional);
-        CHECK_OK(cl_weights_infer(&w, NULL, &rc));
-        CHECK(rc.depth == t[k].depth && rc.num_classes == 1000 &&
-              rc.in_channels == 3 && rc.stem == CL_STEM_IMAGENET);
+        CHECK_OK(cl_weights_infer(&w, NULL, &a));
+        CHECK(a.family == CL_ARCH_RESNET && rc->depth == t[k].depth &&
+              rc->num_classes == 1000 && rc->in_channels == 3 &&
+              rc->stem == CL_STEM_IMAGENET);
         cl_weights_close(&w);
     }
     /* 3-4-6-3 basic blocks are resnet34, not a resnet50 told by --arch. */
     write_skeleton(path, t[1].b, 0, 64, 10);
     REQUIRE_OK(cl_weights_open(&w, path));
-    CHECK_ERR(cl_weights_infer(&w, "resnet50", &rc), CL_ERR_SHAPE,
+    CHECK_ERR(cl_weights_infer(&w, "resnet50", &a), CL_ERR_SHAPE,
               "--arch resnet50, but the weights' blocks are those of "
               "resnet34");
-    CHECK_OK(cl_weights_infer(&w, "resnet34", &rc));
+    CHECK_OK(cl_weights_infer(&w, "resnet34", &a));
     cl_weights_close(&w);
     /* wide_resnet50_2: layer1.0 twice as wide. */
     write_skeleton(path, t[2].b, 1, 128, 1000);
     REQUIRE_OK(cl_weights_open(&w, path));
-    CHECK_ERR(cl_weights_infer(&w, NULL, &rc), CL_ERR_UNSUPPORTED,
+    CHECK_ERR(cl_weights_infer(&w, NULL, &a), CL_ERR_UNSUPPORTED,
               "wide_resnet or resnext");
     cl_weights_close(&w);
     /* Blocks of no torchvision ResNet. */
     static const int odd[4] = {2, 2, 2, 3};
     write_skeleton(path, odd, 0, 64, 10);
     REQUIRE_OK(cl_weights_open(&w, path));
-    CHECK_ERR(cl_weights_infer(&w, NULL, &rc), CL_ERR_FORMAT,
+    CHECK_ERR(cl_weights_infer(&w, NULL, &a), CL_ERR_FORMAT,
               "basic blocks 2-2-2-3 in layer1..4 are no torchvision ResNet");
     cl_weights_close(&w);
 }

@@ -19,6 +19,8 @@ import struct
 import sys
 
 import torch
+
+import torch_models
 import torchvision
 
 DTYPES = {"F32": ("<f4", torch.float32), "F64": ("<f8", torch.float64),
@@ -74,25 +76,16 @@ def main():
         sd[name] = t
     if a.check:
         arch = meta.get("arch")
-        if arch not in ("resnet18", "resnet34", "resnet50", "resnet101",
-                        "resnet152"):
-            sys.exit("%s: metadata arch %r is not a torchvision ResNet"
-                     % (a.inp, arch))
+        if arch not in torch_models.ARCHS:
+            sys.exit("%s: metadata arch %r is not a torchvision ResNet or "
+                     "Swin" % (a.inp, arch))
         stem = meta.get("stem", "imagenet")
         if stem not in ("imagenet", "cifar", "cifar_pool"):
             sys.exit("%s: stem %r has no torchvision equivalent"
                      % (a.inp, stem))
-        k = int(meta.get("num_classes", sd["fc.weight"].shape[0]))
-        model = getattr(torchvision.models, arch)(num_classes=k)
-        in_c = sd["conv1.weight"].shape[1]
-        if stem != "imagenet":
-            # The CIFAR stems are torchvision's with a 3x3/1 conv1 (and,
-            # for cifar, no maxpool): the usual surgery in PyTorch.
-            model.conv1 = torch.nn.Conv2d(in_c, 64, 3, 1, 1, bias=False)
-            if stem == "cifar":
-                model.maxpool = torch.nn.Identity()
-        elif in_c != 3:
-            model.conv1 = torch.nn.Conv2d(in_c, 64, 7, 2, 3, bias=False)
+        head, first = torch_models.head_of(sd)
+        k = int(meta.get("num_classes", sd[head].shape[0]))
+        model = torch_models.build(arch, k, sd[first].shape[1], stem)
         model.load_state_dict(sd, strict=True)
     torch.save(sd, a.out)
 

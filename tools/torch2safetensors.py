@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Converts a torchvision ResNet state_dict (.pth) into a classic model
+"""Converts a torchvision ResNet or Swin state_dict (.pth) into a classic model
 checkpoint: safetensors with torchvision's tensor names, F32 (the BN
 num_batches_tracked counters as I64 scalars) and the metadata `classic
 predict`, `classic eval` and `--pretrained` read (arch, stem, in_channels,
@@ -20,7 +20,9 @@ import sys
 import torch
 import torchvision
 
-ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+import torch_models
+
+ARCHS = torch_models.ARCHS
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -59,10 +61,21 @@ def arch_of(sd):
 
 
 def perturb_bn(model, seed):
-    """Gives every BN non-trivial affine and running statistics, so a check
-    of a freshly initialised model exercises the normalisation."""
+    """Gives every BN non-trivial affine and running statistics (every
+    LayerNorm a non-trivial affine, every Swin bias table values of 0.5),
+    so a check of a freshly initialised model exercises the normalisation
+    and the attention bias."""
     g = torch.Generator().manual_seed(seed + 1)
+    for name, t in model.named_parameters():
+        if name.endswith("relative_position_bias_table"):
+            with torch.no_grad():
+                t.copy_(0.5 * torch.randn(t.shape, generator=g))
     for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            n = m.normalized_shape[0]
+            with torch.no_grad():
+                m.weight.copy_(1 + 0.2 * torch.randn(n, generator=g))
+                m.bias.copy_(0.1 * torch.randn(n, generator=g))
         if isinstance(m, torch.nn.BatchNorm2d):
             n = m.num_features
             with torch.no_grad():
@@ -140,7 +153,8 @@ def main():
                    help="a freshly initialised torchvision model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--perturb-bn", action="store_true",
-                   help="with --random: non-trivial BN statistics")
+                   help="with --random: non-trivial BN statistics, "
+                   "LayerNorm affines and Swin bias tables")
     p.add_argument("--num-classes", type=int)
     p.add_argument("--in-channels", type=int, default=3)
     p.add_argument("--image-size", type=int, default=224)
@@ -158,8 +172,8 @@ def main():
         if not a.arch:
             p.error("--random needs --arch")
         torch.manual_seed(a.seed)
-        model = getattr(torchvision.models, a.arch)(
-            num_classes=a.num_classes or 1000)
+        model = torch_models.build(a.arch, a.num_classes or 1000,
+                                   a.in_channels)
         if a.perturb_bn:
             perturb_bn(model, a.seed)
         sd = model.state_dict()
@@ -167,27 +181,30 @@ def main():
         if not src:
             p.error("give a .pth, --pretrained-file or --random")
         sd = load_state_dict(src)
-    if "fc.weight" not in sd or "conv1.weight" not in sd:
-        sys.exit("%s: no conv1.weight / fc.weight: not a torchvision ResNet"
-                 % (src or "model"))
-    num_classes = sd["fc.weight"].shape[0]
+    head, first = torch_models.head_of(sd)
+    if head not in sd or first not in sd:
+        sys.exit("%s: no conv1.weight / fc.weight (ResNet) nor "
+                 "features.0.0.weight / head.weight (Swin): not a torchvision "
+                 "ResNet or Swin" % (src or "model"))
+    num_classes = sd[head].shape[0]
     if a.num_classes and a.num_classes != num_classes:
         sys.exit("%s: fc.weight has %d classes, --num-classes says %d"
                  % (src, num_classes, a.num_classes))
-    in_c = sd["conv1.weight"].shape[1]
+    in_c = sd[first].shape[1]
     if in_c != a.in_channels:
-        sys.exit("%s: conv1.weight takes %d channels, --in-channels says %d"
-                 % (src, in_c, a.in_channels))
-    if tuple(sd["conv1.weight"].shape[2:]) != (7, 7):
+        sys.exit("%s: %s takes %d channels, --in-channels says %d"
+                 % (src, first, in_c, a.in_channels))
+    swin = head == "head.weight"
+    if not swin and tuple(sd["conv1.weight"].shape[2:]) != (7, 7):
         sys.exit("%s: conv1 is %s, not the 7x7 ImageNet stem"
                  % (src, tuple(sd["conv1.weight"].shape)))
     # Infer the depth from the blocks, then check every name and shape
     # against a torchvision model of that depth.
-    arch = a.arch or arch_of(sd)
+    arch = a.arch or (torch_models.swin_arch_of(sd) if swin else arch_of(sd))
     if arch is None:
-        sys.exit("%s: the blocks match no torchvision ResNet; give --arch"
-                 % src)
-    ref = getattr(torchvision.models, arch)(num_classes=num_classes)
+        sys.exit("%s: the blocks match no torchvision %s; give --arch"
+                 % (src, "Swin" if swin else "ResNet"))
+    ref = torch_models.build(arch, num_classes, in_c)
     ref_sd = ref.state_dict()
     missing = [k for k in ref_sd if k not in sd]
     extra = [k for k in sd if k not in ref_sd]
@@ -205,7 +222,6 @@ def main():
 
     meta = {
         "arch": arch,
-        "stem": "imagenet",
         "in_channels": str(in_c),
         "num_classes": str(num_classes),
         "image_size": str(a.image_size),
@@ -216,6 +232,8 @@ def main():
         "source": "torch2safetensors.py (torch %s, torchvision %s)"
                   % (torch.__version__, torchvision.__version__),
     }
+    if not swin:
+        meta["stem"] = "imagenet"
     if names is not None:
         meta["class_names"] = json.dumps(names)
     # torchvision's state_dict order, which is also classic's graph order.

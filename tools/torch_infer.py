@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Eval-mode logits of a torchvision ResNet on raw float32 input, for the
+"""Eval-mode logits of a torchvision network (classic's arch names:
+tools/torch_models.py) on raw float32 input, for the
 interop tests: loads a .pth with strict=True, reads (N,C,H,W) little-endian
 float32 from --input, writes (N,K) float32 logits to --output.
 
@@ -9,13 +10,16 @@ float32 from --input, writes (N,K) float32 logits to --output.
 import argparse
 
 import torch
-import torchvision
+
+import torch_models
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--arch", required=True)
+    p.add_argument("--arch", required=True, choices=torch_models.ARCHS)
+    p.add_argument("--in-channels", type=int, default=3)
+    p.add_argument("--stem", default="imagenet")
     p.add_argument("--num-classes", type=int, required=True)
     p.add_argument("--pth", required=True)
     p.add_argument("--input", required=True)
@@ -24,7 +28,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
     shape = [int(v) for v in a.shape.split(",")]
-    model = getattr(torchvision.models, a.arch)(num_classes=a.num_classes)
+    model = torch_models.build(a.arch, a.num_classes, a.in_channels, a.stem)
     model.load_state_dict(torch.load(a.pth, map_location="cpu"), strict=True)
     model.eval()
     with open(a.input, "rb") as f:

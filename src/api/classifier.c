@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/mem.h"
 #include "io/config.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 #include "train/model.h"
 
 struct cl_classifier {
@@ -129,11 +129,11 @@ cl_status cl_classifier_print(const cl_classifier *c, FILE *f)
         return cl_error(CL_ERR_ARG,
                         "cl_classifier_print: classifier or file is NULL");
     const cl_model *m = &c->m;
-    fprintf(f,
-            "resnet%d, %s stem, %d input channel(s), %d classes, %dx%d "
-            "input\n",
-            m->arch.depth, cl_resnet_stem_name(m->arch.stem), m->in_c,
-            m->num_classes, m->side, m->side);
+    char name[32];
+    const char *stem = cl_arch_stem(&m->arch);
+    fprintf(f, "%s, %s%s%d input channel(s), %d classes, %dx%d input\n",
+            cl_arch_name(&m->arch, name, sizeof name), stem ? stem : "",
+            stem ? " stem, " : "", m->in_c, m->num_classes, m->side, m->side);
     cl_graph_print_layers(&m->g, f);
     long long macs = cl_classifier_macs(c);
     fprintf(f, "parameters: %lld\n", cl_classifier_num_params(c));
@@ -353,9 +353,8 @@ static cl_status batch_net(cl_classifier *c)
     enum { B = CL_CLASSIFIER_BATCH };
     CL_TRY(cl_graph_init(&c->bg, B));
     c->bg_ready = 1;
-    CL_TRY(cl_resnet_build(&c->bg, &m->arch, m->side, m->side, 0, 0));
-    memcpy(c->bg.params, m->g.params, m->g.n_param_floats * sizeof(float));
-    memcpy(c->bg.buffers, m->g.buffers, m->g.n_buffer_floats * sizeof(float));
+    CL_TRY(cl_arch_build(&c->bg, &m->arch, m->side, m->side, 0, 0));
+    CL_TRY(cl_graph_copy_state(&c->bg, &m->g));
     size_t per = (size_t)m->in_c * m->side * m->side;
     c->bx = cl_alloc(B * per * sizeof(float), "batch input");
     c->blogits =

@@ -18,7 +18,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "graph/graph.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 
 typedef struct bench_opts {
     const char *arch, *stem, *mode, *backend;
@@ -174,8 +174,8 @@ typedef struct bench_result {
     double t_fwd, t_bwd, t_upd; /* seconds per step in each phase */
 } bench_result;
 
-static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
-                          int train, const float *x, const int32_t *labels,
+static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
+                          const float *x, const int32_t *labels,
                           bench_result *res, int64_t *macs)
 {
     cl_status st = CL_OK;
@@ -187,10 +187,10 @@ static cl_status run_mode(const bench_opts *o, const cl_resnet_config *cfg,
     if (st != CL_OK)
         goto fail;
     have_graph = 1;
-    st = cl_resnet_build(&g, cfg, o->size, o->size, 0, 0.0f);
+    st = cl_arch_build(&g, cfg, o->size, o->size, 0, 0.0f);
     if (st != CL_OK)
         goto fail;
-    st = cl_resnet_init(&g, cfg, 1);
+    st = cl_arch_init(&g, cfg, 1);
     if (st != CL_OK)
         goto fail;
     *macs = cl_graph_macs(&g);
@@ -264,13 +264,11 @@ int cl_cmd_bench(int argc, char **argv)
         }
     if (parse_args(argc, argv, &o))
         return 2;
-    cl_resnet_config cfg = cl_resnet_config_default();
-    cl_status st = cl_resnet_arch_parse(o.arch, &cfg.depth);
-    if (st == CL_OK)
-        st = cl_resnet_stem_parse(o.stem, &cfg.stem);
+    cl_arch cfg;
+    cl_status st = cl_arch_parse(o.arch, o.stem, &cfg);
     if (st != CL_OK)
         return cl_cli_fail("bench", st);
-    cfg.num_classes = o.classes;
+    cl_arch_set_io(&cfg, 3, o.classes);
     if (o.threads > 0)
         omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();

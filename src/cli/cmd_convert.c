@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "interop/interop.h"
 #include "io/strbuf.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 #include "train/model.h"
 #include "train/trainer.h"
 
@@ -158,12 +158,13 @@ static int convert_weights(const char *in, const char *out, const char *arch,
         cl_strbuf_addf(&mean, "%s%g", c ? "," : "", m.cfg.mean[c]);
     for (int c = 0; c < m.cfg.n_std; c++)
         cl_strbuf_addf(&std, "%s%g", c ? "," : "", m.cfg.std[c]);
-    char depth[16], kk[16], sz[16], ic[16];
-    snprintf(depth, sizeof depth, "resnet%d", m.arch.depth);
+    char depth[32], kk[16], sz[16], ic[16];
+    cl_arch_name(&m.arch, depth, sizeof depth);
     snprintf(kk, sizeof kk, "%d", k);
     snprintf(sz, sizeof sz, "%d", side);
     snprintf(ic, sizeof ic, "%d", m.in_c);
-    const char *stem = cl_resnet_stem_name(m.arch.stem);
+    const char *stem =
+        cl_arch_stem(&m.arch) ? cl_arch_stem(&m.arch) : "imagenet";
     cl_strbuf_addf(&yaml,
                    "dataset: imagefolder\ndata_dir: ./images\nnum_classes: "
                    "%d\nimage_size: %d\ncrop_pct: 0.875\nrandom_resized_crop: "
@@ -192,8 +193,7 @@ static int convert_weights(const char *in, const char *out, const char *arch,
     }
     int saved = 0;
     for (int t = 0; t < m.g.n_tensors; t++)
-        saved += m.g.tensors[t].kind == CL_GT_PARAM ||
-                 m.g.tensors[t].kind == CL_GT_BUFFER;
+        saved += cl_gtensor_saved(&m.g.tensors[t]);
     printf("wrote %s: %s (%s stem), %d classes, %d tensors%s\n", out, depth,
            stem, k, saved, k == 1000 && !names ? "; ImageNet class names" : "");
     ret = 0;
@@ -243,8 +243,9 @@ int cl_cmd_convert(int argc, char **argv)
                         "--arch\n");
         return 2;
     }
-    int depth = 0, k = 0, in_c = 3, side = 224;
-    cl_status s = cl_resnet_arch_parse(arch, &depth);
+    int k = 0, in_c = 3, side = 224;
+    cl_arch rc;
+    cl_status s = cl_arch_parse(arch, NULL, &rc);
     if (s != CL_OK)
         return cl_cli_fail("convert", s);
     if (ss && parse_int(ss, "--image_size", 32, 4096, &side))
@@ -260,10 +261,7 @@ int cl_cmd_convert(int argc, char **argv)
                 pos[0]);
         return 2;
     }
-    cl_resnet_config rc = cl_resnet_config_default();
-    rc.depth = depth;
-    rc.num_classes = k;
-    rc.in_channels = in_c;
+    cl_arch_set_io(&rc, in_c, k);
     cl_graph g;
     cl_ms_report rep;
     cl_strbuf cn;
@@ -271,7 +269,7 @@ int cl_cmd_convert(int argc, char **argv)
     int ret = 1;
     if ((s = cl_graph_init(&g, 1)) != CL_OK)
         return cl_cli_fail("convert", s);
-    if ((s = cl_resnet_build(&g, &rc, side, side, 0, 0.0f)) != CL_OK ||
+    if ((s = cl_arch_build(&g, &rc, side, side, 0, 0.0f)) != CL_OK ||
         (s = cl_ms_load(pos[0], &g, CL_CKPT_STRICT, &rep)) != CL_OK) {
         ret = cl_cli_fail("convert", s);
         goto done;

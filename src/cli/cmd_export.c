@@ -81,7 +81,7 @@ int cl_cmd_export(int argc, char **argv)
     cl_strbuf_init(&names);
     cl_strbuf_init(&mean);
     cl_strbuf_init(&std);
-    char depth[16], k_s[16], side[16];
+    char depth[32], k_s[16], side[16];
     if (!m.foreign) {
         if ((s = cl_st_open(&f, ckpt)) != CL_OK)
             goto done;
@@ -103,11 +103,12 @@ int cl_cmd_export(int argc, char **argv)
             cl_strbuf_addf(&mean, "%s%g", c ? "," : "", m.cfg.mean[c]);
         for (int c = 0; c < m.cfg.n_std; c++)
             cl_strbuf_addf(&std, "%s%g", c ? "," : "", m.cfg.std[c]);
-        snprintf(depth, sizeof depth, "resnet%d", m.arch.depth);
+        cl_arch_name(&m.arch, depth, sizeof depth);
         snprintf(k_s, sizeof k_s, "%d", m.num_classes);
         snprintf(side, sizeof side, "%d", m.side);
         kv[n++] = (cl_onnx_kv){"arch", depth};
-        kv[n++] = (cl_onnx_kv){"stem", cl_resnet_stem_name(m.arch.stem)};
+        if (cl_arch_stem(&m.arch))
+            kv[n++] = (cl_onnx_kv){"stem", cl_arch_stem(&m.arch)};
         kv[n++] = (cl_onnx_kv){"num_classes", k_s};
         kv[n++] = (cl_onnx_kv){"image_size", side};
         if (m.cfg.n_mean)

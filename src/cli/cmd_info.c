@@ -13,9 +13,9 @@
 
 static void usage(void)
 {
-    printf("usage: classic info --checkpoint FILE [--arch resnetN] "
+    printf("usage: classic info --checkpoint FILE [--arch NAME] "
            "[--config]\n"
-           "       classic info --arch resnet50 [--num_classes 1000] "
+           "       classic info --arch resnet50|swin_t [--num_classes 1000] "
            "[--image_size 224]\n"
            "                    [--stem imagenet|cifar|cifar_pool] "
            "[--in_channels 3]\n\n"

@@ -590,6 +590,41 @@ cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
     return add_tensor(g, out, CL_GT_BUFFER, shape, dtype, -1, "%s", name);
 }
 
+cl_status cl_graph_derived_add(cl_graph *g, const char *name, cl_shape shape,
+                               cl_dtype dtype, int *out)
+{
+    CL_TRY(cl_graph_buffer_add(g, name, shape, dtype, out));
+    g->tensors[*out].derived = 1;
+    return CL_OK;
+}
+
+cl_status cl_graph_copy_state(cl_graph *dst, const cl_graph *src)
+{
+    if (!dst->finalized || !src->finalized || dst->n_tensors != src->n_tensors)
+        return cl_error(CL_ERR_ARG, "graph: copying state between graphs of "
+                                    "different networks");
+    for (int i = 0; i < src->n_tensors; i++) {
+        const cl_gtensor *a = &src->tensors[i];
+        const cl_gtensor *b = &dst->tensors[i];
+        if (!cl_gtensor_saved(a))
+            continue;
+        if (a->kind != b->kind || a->derived != b->derived ||
+            strcmp(a->name, b->name) != 0 ||
+            !cl_shape_equal(&a->shape, &b->shape))
+            return cl_error(CL_ERR_ARG,
+                            "graph: copying state: tensor %d is %s here and "
+                            "%s there",
+                            i, b->name, a->name);
+        size_t bytes = (size_t)cl_graph_numel(src, i) *
+                       (a->dtype == CL_I64 ? sizeof(int64_t) : sizeof(float));
+        if (a->kind == CL_GT_PARAM)
+            memcpy(cl_graph_param(dst, i), cl_graph_param(src, i), bytes);
+        else
+            memcpy(dst->buffers + b->offset, src->buffers + a->offset, bytes);
+    }
+    return CL_OK;
+}
+
 cl_status cl_graph_finalize(cl_graph *g)
 {
     if (g->finalized)

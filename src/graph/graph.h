@@ -51,7 +51,18 @@ typedef struct cl_gtensor {
      * buffer takes two floats' room per element. */
     size_t offset;
     int param_flags; /* CL_PARAM_* */
+    /* BUFFER only: derived from the graph's shapes by the model that built
+     * it (gather indices, attention masks; they depend on the batch), so
+     * neither saved nor loaded.  cl_gtensor_saved says what is. */
+    int derived;
 } cl_gtensor;
+
+/* Non-zero for the tensors a checkpoint holds: parameters and buffers that
+ * are not derived. */
+static inline int cl_gtensor_saved(const cl_gtensor *t)
+{
+    return t->kind == CL_GT_PARAM || (t->kind == CL_GT_BUFFER && !t->derived);
+}
 
 typedef union cl_op_attr {
     cl_conv2d_attr conv2d;
@@ -190,6 +201,16 @@ cl_status cl_graph_softmax_ce(cl_graph *g, int logits,
  * reads it through its buf[] (the builder that takes it). */
 cl_status cl_graph_buffer_add(cl_graph *g, const char *name, cl_shape shape,
                               cl_dtype dtype, int *out);
+/* As cl_graph_buffer_add, for a buffer the model derives from the graph's
+ * shapes and fills after finalize (a gather index, a mask): not saved in
+ * checkpoints, not loaded, never compared with a file. */
+cl_status cl_graph_derived_add(cl_graph *g, const char *name, cl_shape shape,
+                               cl_dtype dtype, int *out);
+/* Copies the saved tensors (cl_gtensor_saved) of src into dst, a graph the
+ * same builder made for another batch size: their parameter arenas match,
+ * their buffer arenas need not.  CL_ERR_ARG naming the first tensor that
+ * differs in name or shape. */
+cl_status cl_graph_copy_state(cl_graph *dst, const cl_graph *src);
 
 /* Allocates the arenas (zeroed) and fixes consumers / last uses.  After
  * this, no node may be added. */

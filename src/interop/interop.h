@@ -6,7 +6,7 @@
 
 #include "graph/graph.h"
 #include "io/checkpoint.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 
 /* ---- ONNX ------------------------------------------------------------- */
 
@@ -151,15 +151,15 @@ typedef struct cl_weights {
 cl_status cl_weights_open(cl_weights *w, const char *path);
 void cl_weights_close(cl_weights *w);
 
-/* The torchvision ResNet the tensors fit: depth from the block counts of
- * layer1..4 and whether blocks have conv3 (18/34: basic 2-2-2-2 / 3-4-6-3;
- * 50/101/152: bottleneck 3-4-6-3 / 3-4-23-3 / 3-8-36-3), in_channels from
- * conv1.weight, num_classes from fc.weight, the stem from conv1's kernel.
- * arch (may be NULL) names the depth instead and is checked against the
- * counts.  Wider variants (wide_resnet, resnext) are refused by their
- * layer1.0.conv1 width. */
-cl_status cl_weights_infer(const cl_weights *w, const char *arch,
-                           cl_resnet_config *rc);
+/* The torchvision network the tensors fit.  A ResNet: depth from the
+ * block counts of layer1..4 and whether blocks have conv3 (18/34: basic
+ * 2-2-2-2 / 3-4-6-3; 50/101/152: bottleneck 3-4-6-3 / 3-4-23-3 / 3-8-36-3),
+ * in_channels from conv1.weight, num_classes from fc.weight, the stem from
+ * conv1's kernel; wider variants (wide_resnet, resnext) are refused by
+ * their layer1.0.conv1 width.  A Swin (features.0.0.weight and head.weight):
+ * the arch whose patch, embed, window and blocks per stage the tensors
+ * have.  arch (may be NULL) names the network instead and is checked. */
+cl_status cl_weights_infer(const cl_weights *w, const char *arch, cl_arch *a);
 
 /* ImageNet-1k's class names in torchvision's index order. */
 extern const char *const cl_imagenet_classes[1000];

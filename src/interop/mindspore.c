@@ -519,7 +519,7 @@ cl_status cl_ms_load(const char *path, cl_graph *g, cl_ckpt_mode mode,
     }
     for (int t = 0; t < g->n_tensors; t++) {
         const cl_gtensor *gt = &g->tensors[t];
-        if ((gt->kind == CL_GT_PARAM || gt->kind == CL_GT_BUFFER) &&
+        if (cl_gtensor_saved(gt) &&
             src[t] == -1 && !ends_with_nbt(gt->name))
             list_add(missing, sizeof missing, &n_missing, gt->name);
     }

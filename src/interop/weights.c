@@ -107,16 +107,91 @@ static cl_shape shape_of(const cl_weights *w, const char *name)
     return s;
 }
 
-cl_status cl_weights_infer(const cl_weights *w, const char *arch,
-                           cl_resnet_config *rc)
+/* The Swin arch (swin_t or swin_micro) whose shapes the tensors have. */
+static cl_status infer_swin(const cl_weights *w, const char *arch, cl_arch *a)
 {
     const char *path = w->src.path;
-    *rc = cl_resnet_config_default();
+    cl_shape pe = shape_of(w, "features.0.0.weight"),
+             hd = shape_of(w, "head.weight"),
+             tb = shape_of(w, "features.1.0.attn.relative_position_bias_table");
+    int depths[CL_SWIN_MAX_STAGES] = {0, 0, 0, 0}, n_stages = 0;
+    size_t n = w->src.count(w->src.ctx);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = w->src.name(w->src.ctx, i);
+        int F = 0, M = 0, used = 0;
+        if (sscanf(s, "features.%d.%d.norm1.%n", &F, &M, &used) == 2 &&
+            used > 0 && F % 2 == 1 && F < 2 * CL_SWIN_MAX_STAGES && M >= 0 &&
+            M < 1000) {
+            if (M + 1 > depths[F / 2])
+                depths[F / 2] = M + 1;
+            if (F / 2 + 1 > n_stages)
+                n_stages = F / 2 + 1;
+        }
+    }
+    if (pe.ndim != 4 || hd.ndim != 2 || tb.ndim != 2)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: no 4-d features.0.0.weight, 2-d head.weight and "
+                        "relative_position_bias_table: not a torchvision-style "
+                        "Swin state_dict",
+                        path);
+    static const char *const names[] = {"swin_t", "swin_micro"};
+    for (int k = 0; k < 2; k++) {
+        cl_swin_config c;
+        CL_TRY(cl_swin_arch_parse(names[k], &c));
+        int win = 0;
+        for (int ws = 1; ws <= 64; ws++)
+            if ((int64_t)(2 * ws - 1) * (2 * ws - 1) == tb.d[0])
+                win = ws;
+        int same = pe.d[0] == c.embed && pe.d[2] == c.patch &&
+                   win == c.window && n_stages == c.n_stages &&
+                   memcmp(depths, c.depths, sizeof depths) == 0 &&
+                   tb.d[1] == c.heads[0];
+        if (!same)
+            continue;
+        if (arch && strcmp(arch, names[k]) != 0)
+            return cl_error(CL_ERR_SHAPE,
+                            "%s: --arch %s, but the weights are those of %s",
+                            path, arch, names[k]);
+        if (pe.d[1] < 1 || pe.d[1] > 3 || hd.d[0] < 1 || hd.d[0] > 100000)
+            return cl_error(CL_ERR_FORMAT,
+                            "%s: features.0.0.weight takes %lld input "
+                            "channels and head.weight has %lld classes "
+                            "(expected 1..3 and 1..100000)",
+                            path, (long long)pe.d[1], (long long)hd.d[0]);
+        memset(a, 0, sizeof *a);
+        a->family = CL_ARCH_SWIN;
+        a->swin = c;
+        cl_arch_set_io(a, (int)pe.d[1], (int)hd.d[0]);
+        return CL_OK;
+    }
+    return cl_error(CL_ERR_FORMAT,
+                    "%s: a Swin with embed %lld, patch %lld, %d stages of "
+                    "%d-%d-%d-%d blocks is neither swin_t nor swin_micro",
+                    path, (long long)pe.d[0], (long long)pe.d[2], n_stages,
+                    depths[0], depths[1], depths[2], depths[3]);
+}
+
+cl_status cl_weights_infer(const cl_weights *w, const char *arch, cl_arch *a)
+{
+    const char *path = w->src.path;
+    if (shape_of(w, "head.weight").ndim >= 0 &&
+        shape_of(w, "features.0.0.weight").ndim >= 0)
+        return infer_swin(w, arch, a);
+    if (arch && cl_swin_is_arch(arch))
+        return cl_error(CL_ERR_SHAPE,
+                        "%s: --arch %s, but the file has no Swin's "
+                        "features.0.0.weight and head.weight",
+                        path, arch);
+    memset(a, 0, sizeof *a);
+    a->family = CL_ARCH_RESNET;
+    a->resnet = cl_resnet_config_default();
+    cl_resnet_config *rc = &a->resnet;
     cl_shape c1 = shape_of(w, "conv1.weight"), fc = shape_of(w, "fc.weight");
     if (c1.ndim != 4 || fc.ndim != 2)
         return cl_error(CL_ERR_FORMAT,
-                        "%s: no 4-d conv1.weight and 2-d fc.weight: not a "
-                        "torchvision-style ResNet state_dict",
+                        "%s: no 4-d conv1.weight and 2-d fc.weight (ResNet) "
+                        "nor features.0.0.weight and head.weight (Swin): not "
+                        "a torchvision-style state_dict",
                         path);
     /* Blocks per stage: the highest index M of any layerN.M. name. */
     int blocks[4] = {0, 0, 0, 0};

@@ -16,7 +16,7 @@ static int is_counter(const cl_gtensor *t)
 
 static int is_state(const cl_gtensor *t)
 {
-    return t->kind == CL_GT_PARAM || t->kind == CL_GT_BUFFER;
+    return cl_gtensor_saved(t);
 }
 
 /* An integer buffer: int64 in the graph and in the file. */

@@ -207,7 +207,11 @@ static const key keys[] = {
      .off = OFF(model),
      .values = v_model,
      .def = "resnet50",
-     .help = "architecture (torchvision ResNet v1.5)"},
+     .help = "architecture: torchvision's ResNet v1.5 or Swin-Transformer "
+             "(swin_t), or swin_micro (Swin for 28-32 px inputs)"},
+    K_FLT(drop_path, -1, 0, 1, 1, "-1",
+          "Swin stochastic depth of the last block, rising linearly from 0 "
+          "(-1: the arch's own, 0.2 for swin_t, 0.1 for swin_micro)"),
     K_ENUM(stem, v_stem, "imagenet",
            "imagenet: 7x7/2 conv + maxpool; cifar: 3x3/1 conv, no maxpool; "
            "cifar_pool: 3x3/1 conv + maxpool"),

@@ -29,7 +29,9 @@
     X(P, RESNET34, "resnet34")                                                 \
     X(P, RESNET50, "resnet50")                                                 \
     X(P, RESNET101, "resnet101")                                               \
-    X(P, RESNET152, "resnet152")
+    X(P, RESNET152, "resnet152")                                               \
+    X(P, SWIN_T, "swin_t")                                                     \
+    X(P, SWIN_MICRO, "swin_micro")
 #define CL_CFG_STEMS(X, P)                                                     \
     X(P, IMAGENET, "imagenet")                                                 \
     X(P, CIFAR, "cifar")                                                       \
@@ -122,6 +124,8 @@ typedef struct cl_config {
     double label_smoothing;
     /* ---- model ---- */
     int model;
+    double drop_path; /* stochastic depth of a Swin's last block; < 0: the
+                         arch's own */
     int stem;
     int in_channels;
     char pretrained[CL_CFG_PATH_MAX]; /* safetensors to start from */

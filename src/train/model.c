@@ -70,7 +70,6 @@ static cl_status class_names(cl_model *m, const cl_st_file *f, const char *path)
 static cl_status from_metadata(cl_model *m, const cl_st_file *f,
                                const char *ckpt, const char *want)
 {
-    int depth = 0;
     cl_status s;
     const char *yaml = cl_st_metadata(f, CL_META_CONFIG);
     if (yaml && (s = cl_config_load_yaml_text(&m->cfg, yaml, strlen(yaml),
@@ -78,24 +77,20 @@ static cl_status from_metadata(cl_model *m, const cl_st_file *f,
         return s;
     const char *arch = cl_st_metadata(f, CL_META_ARCH);
     const char *stem = cl_st_metadata(f, CL_META_STEM);
-    if (!arch || !stem)
+    if (!arch || (!stem && !cl_swin_is_arch(arch)))
         return cl_error(CL_ERR_FORMAT,
                         "%s: metadata lacks 'arch' or 'stem' (not a classic "
                         "model checkpoint?)",
                         ckpt);
-    m->arch = cl_resnet_config_default();
-    if ((s = cl_resnet_arch_parse(arch, &depth)) != CL_OK ||
-        (s = cl_resnet_stem_parse(stem, &m->arch.stem)) != CL_OK)
+    if ((s = cl_arch_parse(arch, stem, &m->arch)) != CL_OK)
         return cl_error_wrap(s, "%s: metadata: ", ckpt);
     if (want && strcmp(want, arch) != 0)
         return cl_error(CL_ERR_ARG, "%s: --arch %s, but the checkpoint is a %s",
                         ckpt, want, arch);
-    m->arch.depth = depth;
     CL_TRY(meta_int(f, ckpt, CL_META_IN_CHANNELS, 1, 3, &m->in_c));
     CL_TRY(meta_int(f, ckpt, CL_META_NUM_CLASSES, 1, 100000, &m->num_classes));
     CL_TRY(meta_int(f, ckpt, CL_META_IMAGE_SIZE, 8, 4096, &m->side));
-    m->arch.in_channels = m->in_c;
-    m->arch.num_classes = m->num_classes;
+    cl_arch_set_io(&m->arch, m->in_c, m->num_classes);
     return class_names(m, f, ckpt);
 }
 
@@ -126,16 +121,19 @@ static cl_status from_tensors(cl_model *m, const cl_weights *w,
 {
     char yaml[1024];
     CL_TRY(cl_weights_infer(w, want, &m->arch));
-    m->in_c = m->arch.in_channels;
-    m->num_classes = m->arch.num_classes;
-    m->side = m->arch.stem == CL_STEM_IMAGENET ? 224 : 32;
+    m->in_c = cl_arch_in_channels(&m->arch);
+    m->num_classes = cl_arch_num_classes(&m->arch);
+    m->side = cl_arch_default_side(&m->arch);
+    char name[32];
+    const char *stem = cl_arch_stem(&m->arch);
     int n = snprintf(yaml, sizeof yaml,
                      "dataset: imagefolder\ndata_dir: ./images\n"
                      "num_classes: %d\nimage_size: %d\ncrop_pct: 0.875\n"
-                     "random_resized_crop: true\nmodel: resnet%d\n"
+                     "random_resized_crop: true\nmodel: %s\n"
                      "stem: %s\nin_channels: %d\n",
-                     m->num_classes, m->side, m->arch.depth,
-                     cl_resnet_stem_name(m->arch.stem), m->in_c);
+                     m->num_classes, m->side,
+                     cl_arch_name(&m->arch, name, sizeof name),
+                     stem ? stem : "imagenet", m->in_c);
     if (m->in_c == 3)
         snprintf(yaml + n, sizeof yaml - (size_t)n,
                  "mean: [0.485, 0.456, 0.406]\nstd: [0.229, 0.224, 0.225]\n");
@@ -177,8 +175,7 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
     if ((s = cl_graph_init(&m->g, batch)) != CL_OK)
         goto fail;
     m->graph_ready = 1;
-    if ((s = cl_resnet_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
-            CL_OK ||
+    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
         (s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
         goto fail;
     cl_weights_close(&w);
@@ -203,14 +200,13 @@ cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
     cl_status s;
     if ((s = cl_recipe_model(cfg, m->in_c, m->num_classes, &m->arch)) !=
             CL_OK ||
-        (s = cl_resnet_check_config(&m->arch)) != CL_OK ||
+        (s = cl_arch_check(&m->arch)) != CL_OK ||
         (s = default_class_names(m)) != CL_OK ||
         (s = cl_graph_init(&m->g, batch)) != CL_OK)
         goto fail;
     m->graph_ready = 1;
-    if ((s = cl_resnet_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
-            CL_OK ||
-        (s = cl_resnet_init(&m->g, &m->arch, (uint64_t)cfg->seed)) != CL_OK ||
+    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
+        (s = cl_arch_init(&m->g, &m->arch, (uint64_t)cfg->seed)) != CL_OK ||
         (s = plan(m, backend, mode, threads)) != CL_OK)
         goto fail;
     return CL_OK;

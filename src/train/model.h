@@ -7,11 +7,11 @@
 #include "backend/backend.h"
 #include "data/data.h"
 #include "io/config.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 
 typedef struct cl_model {
     cl_config cfg; /* the training config stored in the checkpoint */
-    cl_resnet_config arch;
+    cl_arch arch;
     int in_c, side, num_classes;
     char **class_names; /* num_classes names ("" when unknown) */
     cl_graph g;

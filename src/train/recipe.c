@@ -161,21 +161,19 @@ cl_status cl_recipe_transforms(const cl_config *cfg, int h, int w, int c,
 }
 
 cl_status cl_recipe_model(const cl_config *cfg, int in_channels,
-                          int num_classes, cl_resnet_config *out)
+                          int num_classes, cl_arch *out)
 {
-    static const int depth[] = {18, 34, 50, 101, 152};
-    cl_resnet_config r = cl_resnet_config_default();
-    if (cfg->model < 0 || cfg->model > 4)
+    const char *name = cl_config_enum_name("model", cfg->model);
+    if (!name)
         return cl_error(CL_ERR_CONFIG, "model index %d is unknown", cfg->model);
-    r.depth = depth[cfg->model];
-    r.stem = cfg->stem == CL_CFG_STEM_CIFAR        ? CL_STEM_CIFAR
-             : cfg->stem == CL_CFG_STEM_CIFAR_POOL ? CL_STEM_CIFAR_POOL
-                                                   : CL_STEM_IMAGENET;
-    r.in_channels = in_channels;
-    r.num_classes = num_classes;
-    r.zero_init_residual = cfg->zero_init_residual;
-    CL_TRY(cl_resnet_check_config(&r));
-    *out = r;
+    cl_arch a;
+    CL_TRY(cl_arch_parse(name, cl_config_enum_name("stem", cfg->stem), &a));
+    cl_arch_set_io(&a, in_channels, num_classes);
+    a.resnet.zero_init_residual = cfg->zero_init_residual;
+    if (cfg->drop_path >= 0)
+        a.swin.drop_path = (float)cfg->drop_path;
+    CL_TRY(cl_arch_check(&a));
+    *out = a;
     return CL_OK;
 }
 

@@ -6,7 +6,7 @@
 
 #include "data/data.h"
 #include "io/config.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 #include "train/lr.h"
 #include "train/optim.h"
 
@@ -28,7 +28,7 @@ cl_status cl_recipe_transforms(const cl_config *cfg, int src_h, int src_w,
                                cl_transform_opts *out);
 
 cl_status cl_recipe_model(const cl_config *cfg, int in_channels,
-                          int num_classes, cl_resnet_config *out);
+                          int num_classes, cl_arch *out);
 
 /* global_batch = batch_size x ranks x accumulation_steps; with
  * lr_scale: linear the lr (and min_lr) are scaled by global_batch / 256. */

@@ -20,7 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "io/strbuf.h"
-#include "models/resnet.h"
+#include "models/arch.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/recipe.h"
@@ -40,7 +40,8 @@ typedef struct run {
     cl_loader *train_ld, *val_ld;
     cl_graph g;
     int graph_ready;
-    cl_resnet_config model;
+    cl_arch model;
+    char arch_name[32]; /* "resnet50": checkpoint file names */
     cl_backend *be;
     cl_dist_grad_sync *sync;
     cl_optim opt;
@@ -234,12 +235,13 @@ static cl_status build_model(run *r)
     int k = c->num_classes > 0 ? c->num_classes
                                : cl_dataset_num_classes(r->train_ds);
     CL_TRY(cl_recipe_model(c, r->in_c, k, &r->model));
+    cl_arch_name(&r->model, r->arch_name, sizeof r->arch_name);
     CL_TRY(cl_graph_init(&r->g, c->batch_size));
     r->graph_ready = 1;
     int soft = c->mixup > 0 || c->cutmix > 0;
-    CL_TRY(cl_resnet_build(&r->g, &r->model, r->side, r->side, soft,
-                           (float)c->label_smoothing));
-    CL_TRY(cl_resnet_init(&r->g, &r->model, (uint64_t)c->seed));
+    CL_TRY(cl_arch_build(&r->g, &r->model, r->side, r->side, soft,
+                         (float)c->label_smoothing));
+    CL_TRY(cl_arch_init(&r->g, &r->model, (uint64_t)c->seed));
     if (!c->pretrained[0] || c->resume[0])
         return CL_OK;
     /* new_head: the head keeps this initialisation whatever the file
@@ -338,7 +340,7 @@ static cl_status save_model(run *r, const char *path, int64_t epoch,
     cl_status s = class_names_json(r->train_ds, r->g.num_classes, &names);
     if (s != CL_OK)
         goto fail;
-    snprintf(depth, sizeof depth, "resnet%d", r->model.depth);
+    cl_arch_name(&r->model, depth, sizeof depth);
     snprintf(inc, sizeof inc, "%d", r->in_c);
     snprintf(ncls, sizeof ncls, "%d", r->g.num_classes);
     snprintf(side, sizeof side, "%d", r->side);
@@ -353,7 +355,7 @@ static cl_status save_model(run *r, const char *path, int64_t epoch,
     }
     cl_ckpt_kv meta[] = {
         {CL_META_ARCH, depth},
-        {CL_META_STEM, cl_resnet_stem_name(r->model.stem)},
+        {CL_META_STEM, cl_arch_stem(&r->model) ? cl_arch_stem(&r->model) : ""},
         {CL_META_IN_CHANNELS, inc},
         {CL_META_NUM_CLASSES, ncls},
         {CL_META_IMAGE_SIZE, side},
@@ -725,8 +727,8 @@ static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
                           int64_t step, const char *last_good)
 {
     char path[640];
-    snprintf(path, sizeof path, "%s/resnet%d-e%lld-s%lld.safetensors",
-             r->cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1,
+    snprintf(path, sizeof path, "%s/%s-e%lld-s%lld.safetensors",
+             r->cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1,
              (long long)step);
     if (r->root && strcmp(path, last_good) != 0) {
         CL_TRY(save_checkpoint(r, path, epoch, next_batch, step));
@@ -924,8 +926,8 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
         res->best_top1 = top1;
         if (r->root) {
             snprintf(res->best_ckpt, sizeof res->best_ckpt,
-                     "%s/resnet%d-best.safetensors", r->cfg->ckpt_save_dir,
-                     r->model.depth);
+                     "%s/%s-best.safetensors", r->cfg->ckpt_save_dir,
+                     r->arch_name);
             CL_TRY(save_model(r, res->best_ckpt, epoch + 1, step));
             CL_TRY(save_val_record(r, res->best_ckpt, epoch + 1, step));
         }
@@ -1124,8 +1126,8 @@ static cl_status step_checkpoint(run *r, loop *lp, int64_t epoch,
         lp->step % cfg->ckpt_save_interval != 0 || !r->root)
         return CL_OK;
     char path[640];
-    snprintf(path, sizeof path, "%s/resnet%d-e%lld-s%lld.safetensors",
-             cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1,
+    snprintf(path, sizeof path, "%s/%s-e%lld-s%lld.safetensors",
+             cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1,
              (long long)lp->step);
     CL_TRY(save_checkpoint(r, path, epoch, next_batch, lp->step));
     CL_TRY(rotate(r, path));
@@ -1161,8 +1163,8 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
     if (cfg->ckpt_save_epochs > 0 &&
         ((epoch + 1) % cfg->ckpt_save_epochs == 0 || last) && r->root) {
         char path[640];
-        snprintf(path, sizeof path, "%s/resnet%d-e%lld.safetensors",
-                 cfg->ckpt_save_dir, r->model.depth, (long long)epoch + 1);
+        snprintf(path, sizeof path, "%s/%s-e%lld.safetensors",
+                 cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1);
         CL_TRY(save_checkpoint(r, path, epoch,
                                cl_loader_batches_per_epoch(r->train_ld),
                                lp->step));
@@ -1245,14 +1247,17 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     }
 
     const int accum = accum_of(cfg);
+    char archname[32];
     cl_log(
         lg, CL_LOG_INFO,
-        "training resnet%d (%s stem, %lld parameters) on %s: %lld "
+        "training %s (%s%s%lld parameters) on %s: %lld "
         "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
         "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
         "peak lr %.4g; backend %s, amp_level O%d (%s)",
-        r.model.depth, cl_resnet_stem_name(r.model.stem),
-        (long long)r.g.n_param_elems, cl_dataset_format(r.train_ds),
+        cl_arch_name(&r.model, archname, sizeof archname),
+        cl_arch_stem(&r.model) ? cl_arch_stem(&r.model) : "",
+        cl_arch_stem(&r.model) ? " stem, " : "", (long long)r.g.n_param_elems,
+        cl_dataset_format(r.train_ds),
         (long long)cl_loader_samples_per_epoch(r.train_ld) * (d ? d->size : 1),
         r.in_c, r.side, r.side, r.g.num_classes, (long long)r.steps_per_epoch,
         cfg->epoch_size, global_batch(&r), cfg->batch_size, d ? d->size : 1,
@@ -1306,8 +1311,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
             : 0;
     if (r.root) {
         snprintf(res->last_ckpt, sizeof res->last_ckpt,
-                 "%s/resnet%d-last.safetensors", cfg->ckpt_save_dir,
-                 r.model.depth);
+                 "%s/%s-last.safetensors", cfg->ckpt_save_dir, r.arch_name);
         if ((s = save_checkpoint(&r, res->last_ckpt,
                                  cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
                                  cl_loader_batches_per_epoch(r.train_ld),
