@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/mem.h"
+#include "core/rng.h"
 #include "graph/graph.h"
 #include "harness.h"
 #include "io/checkpoint.h"
@@ -502,7 +503,7 @@ static void onnx_check_structure(const char *path)
             }
         }
     }
-    CHECK(ir == 7 && opset == 13);
+    CHECK(ir == 8 && opset == 17);
     CHECK(convs == 20 && bns == 0 && gemm == 1); /* resnet18 */
     CHECK(strstr(keys, "mean ") && strstr(keys, "std ") &&
           strstr(keys, "image_size ") && strstr(keys, "class_names ") &&
@@ -547,6 +548,84 @@ CL_TEST(onnx_export_refusals)
 CL_TEST(onnx_resnet50_fixed_batch)
 {
     onnx_case(50, 32, 3, "--batch 3");
+}
+
+/* Swin's ops in ONNX: x (N,3,4,6) -> ln: layernorm over the last axis ->
+ * a: gelu -> p: softmax(a + ln + mask), the mask an f32 buffer (3,1,6) of
+ * 0 and -100 broadcast over N and H -> gelu (the mean of p alone is a
+ * constant) -> gap -> fc -> logits.  Exported with a fixed and a symbolic
+ * batch and run by ONNX Runtime against classic's ref backend. */
+static cl_status build_swin_ops(cl_graph *g, int n)
+{
+    int x, l, a, m, p, q, r, y;
+    cl_layernorm_attr la = cl_layernorm_attr_make(6);
+    cl_linear_attr fa = {3, 4, 1};
+    cl_softmax_ce_attr sa = {4, 0.0f};
+    CL_TRY(cl_graph_init(g, n));
+    CL_TRY(cl_graph_input(g, 3, 4, 6, &x));
+    CL_TRY(cl_graph_layernorm(g, "ln", x, &la, &l));
+    CL_TRY(cl_graph_gelu(g, "act", l, &a));
+    CL_TRY(cl_graph_buffer_add(
+        g, "attn_mask", cl_shape_make(3, (int64_t[]){3, 1, 6}), CL_F32, &m));
+    CL_TRY(cl_graph_softmax(g, "attn", a, l, m, &p));
+    CL_TRY(cl_graph_gelu(g, "act2", p, &q));
+    CL_TRY(cl_graph_global_avgpool(g, "gap", q, &r));
+    CL_TRY(cl_graph_linear(g, "fc", r, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &sa, 0));
+    CL_TRY(cl_graph_finalize(g));
+    cl_rng rng;
+    cl_rng_init(&rng, 77, 0);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].kind == CL_GT_PARAM)
+            for (int64_t k = 0; k < cl_graph_numel(g, t); k++)
+                cl_graph_param(g, t)[k] = 2.0f * cl_rng_uniform(&rng) - 1.0f;
+    for (int k = 0; k < 18; k++)
+        cl_graph_buffer(g, m)[k] = k % 4 == 1 ? -100.0f : 0.0f;
+    return CL_OK;
+}
+
+CL_TEST(onnx_layernorm_gelu_softmax)
+{
+    enum { N = 3, K = 4 };
+    const char *onnx = cl_test_path("swin_ops.onnx");
+    const char *xin = cl_test_path("swin_x.bin");
+    const char *yout = cl_test_path("swin_y.bin");
+    char cmd[4096];
+    cl_graph g;
+    REQUIRE_OK(build_swin_ops(&g, N));
+    float x[N * 3 * 4 * 6], want[N * K];
+    cl_rng rng;
+    cl_rng_init(&rng, 78, 0);
+    for (size_t k = 0; k < sizeof x / sizeof x[0]; k++)
+        x[k] = 4.0f * cl_rng_uniform(&rng) - 2.0f;
+    cl_backend *be = NULL;
+    REQUIRE_OK(cl_backend_create(&be, "ref", &g, CL_PLAN_INFER, NULL));
+    CHECK_OK(cl_backend_set_input(be, x, NULL, NULL));
+    CHECK_OK(cl_backend_forward(be, 0, NULL));
+    CHECK_OK(cl_backend_read(be, g.logits, want));
+    cl_backend_destroy(be);
+    REQUIRE(write_floats(xin, x, sizeof x / sizeof x[0]) == 0);
+    snprintf(cmd, sizeof cmd,
+             CL_SOURCE_DIR "/tests/onnx/setup.sh " CL_BINARY_DIR "/onnx");
+    REQUIRE(cl_test_run(cmd) == 0);
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        cl_onnx_opts o = {.batch = fixed ? N : 0};
+        REQUIRE_OK(cl_interop_export_onnx(&g, onnx, &o));
+        snprintf(cmd, sizeof cmd,
+                 "node " CL_SOURCE_DIR "/tests/onnx/run.js " CL_BINARY_DIR
+                 "/onnx %s %s %d,3,4,6 %s",
+                 onnx, xin, N, yout);
+        REQUIRE(cl_test_run(cmd) == 0);
+        float *ort = read_floats(yout, (size_t)N * K);
+        REQUIRE(ort);
+        double e = rel_err(ort, want, (size_t)N * K);
+        printf("onnx layernorm/gelu/softmax (%s batch): ORT vs classic ref "
+               "max rel err %.3g\n",
+               fixed ? "fixed" : "symbolic", e);
+        CHECK(e < 1e-5);
+        free(ort);
+    }
+    cl_graph_free(&g);
 }
 
 /* ---- 3. MindSpore ----------------------------------------------------- */

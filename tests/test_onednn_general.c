@@ -141,13 +141,18 @@ CL_TEST(param_only_node_through_fallback_like_ref)
 }
 
 /* Swin's attention ops (layernorm, gelu, softmax of a score plus a
- * broadcast bias and a constant mask) and the same graph with a plain
- * softmax (n_in 1). */
+ * broadcast bias and a constant mask) on oneDNN's kernels, between nodes
+ * that run through the fallback; and the same graph with a plain softmax
+ * (n_in 1). */
 CL_TEST(attention_softmax_like_ref)
 {
+    const unsigned mine =
+        1u << CL_OP_LAYERNORM | 1u << CL_OP_GELU | 1u << CL_OP_SOFTMAX;
     unsigned fb;
     parity(build_attn_softmax, &fb);
+    CHECK((fb & mine) == 0);
     parity(build_plain_softmax, &fb);
+    CHECK((fb & mine) == 0);
 }
 
 /* Swin's data movements (row_gather for the shifted window partition and

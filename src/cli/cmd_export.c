@@ -15,7 +15,7 @@ static void usage(void)
     printf(
         "usage: classic export --checkpoint FILE --onnx OUT.onnx "
         "[--batch N] [--arch resnetNN]\n\n"
-        "Writes the checkpoint's inference graph as ONNX (opset 13): "
+        "Writes the checkpoint's inference graph as ONNX (opset 17): "
         "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
         "BatchNorm folded into the convs.\nWithout --batch the batch "
         "dimension is symbolic (\"N\").  metadata_props\ncarry the "

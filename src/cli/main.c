@@ -21,7 +21,7 @@ static const cl_cli_command commands[] = {
     {"info", "layer table, parameters, FLOPs, checkpoint metadata",
      cl_cmd_info},
     {"report", "HTML report of a run, or two runs compared", cl_cmd_report},
-    {"export", "a checkpoint as an ONNX model (BN folded, opset 13)",
+    {"export", "a checkpoint as an ONNX model (BN folded, opset 17)",
      cl_cmd_export},
     {"convert", "a MindSpore .ckpt ResNet into a classic checkpoint",
      cl_cmd_convert},

@@ -21,10 +21,12 @@ typedef struct cl_onnx_opts {
     int n_meta;
 } cl_onnx_opts;
 
-/* Writes g (a finalized ResNet graph with its weights) as an ONNX model,
- * opset 13, IR version 7: float input "input" (N,C,H,W), output "logits"
- * (N,K); Conv with each BatchNorm folded into its weights and bias (in
- * double), Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm.  The file
+/* Writes g (a finalized graph with its weights) as an ONNX model, opset
+ * 17, IR version 8: float input "input" (N,C,H,W), output "logits" (N,K);
+ * Conv with each BatchNorm folded into its weights and bias (in double),
+ * Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm, LayerNormalization
+ * (axis -1), GELU as Div, Erf, Add, Mul, Mul, and Softmax (axis -1) after
+ * the Adds of its bias and mask.  The file
  * is written atomically.  CL_ERR_UNSUPPORTED names a node the format
  * mapping lacks (a BN not after a conv). */
 cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,

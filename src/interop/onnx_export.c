@@ -1,5 +1,6 @@
-/* ONNX export of a ResNet inference graph, written as protobuf by hand
- * (field numbers of onnx/onnx.proto3). */
+/* ONNX export of an inference graph (ResNet's ops; Swin's layernorm, gelu
+ * and softmax), written as protobuf by hand (field numbers of
+ * onnx/onnx.proto3), opset 17 for LayerNormalization. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,9 +34,11 @@ enum {
     NODE_OP_TYPE = 4,
     NODE_ATTRIBUTE = 5,
     ATTR_NAME = 1,
+    ATTR_F = 2,
     ATTR_I = 3,
     ATTR_INTS = 8,
     ATTR_TYPE = 20,
+    ATTR_TYPE_FLOAT = 1,
     ATTR_TYPE_INT = 2,
     ATTR_TYPE_INTS = 7,
     TENSOR_DIMS = 1,
@@ -70,6 +73,17 @@ static void attr_int(cl_pb_writer *node, const char *name, int64_t v)
     cl_pb_put_string(&a, ATTR_NAME, name);
     cl_pb_put_int64(&a, ATTR_I, v);
     cl_pb_put_varint(&a, ATTR_TYPE, ATTR_TYPE_INT);
+    cl_pb_put_message(node, NODE_ATTRIBUTE, &a);
+    cl_pb_writer_free(&a);
+}
+
+static void attr_float(cl_pb_writer *node, const char *name, float v)
+{
+    cl_pb_writer a;
+    cl_pb_writer_init(&a);
+    cl_pb_put_string(&a, ATTR_NAME, name);
+    cl_pb_put_float(&a, ATTR_F, v);
+    cl_pb_put_varint(&a, ATTR_TYPE, ATTR_TYPE_FLOAT);
     cl_pb_put_message(node, NODE_ATTRIBUTE, &a);
     cl_pb_writer_free(&a);
 }
@@ -170,6 +184,7 @@ typedef struct emit_ctx {
     const cl_node *n;
     cl_pb_writer *graph;
     char *folded; /* per node: written already as part of another */
+    char *inited; /* per tensor: written already as an initializer */
     char in0[32], in1[32], out[32];
 } emit_ctx;
 
@@ -320,6 +335,102 @@ static cl_status emit_linear(emit_ctx *e)
     return CL_OK;
 }
 
+/* An initializer of the graph tensor t (a param or an f32 buffer), named
+ * by its state_dict name, once (Swin's blocks share a mask). */
+static void state_initializer(const emit_ctx *e, int t, const float *v)
+{
+    const cl_gtensor *x = &e->g->tensors[t];
+    if (e->inited[t])
+        return;
+    e->inited[t] = 1;
+    initializer(e->graph, x->name, x->shape.d, x->shape.ndim, v,
+                (size_t)cl_shape_numel(&x->shape));
+}
+
+/* LayerNormalization (opset 17) over the last axis. */
+static cl_status emit_layernorm(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    state_initializer(e, n->param[0], cl_graph_param(g, n->param[0]));
+    state_initializer(e, n->param[1], cl_graph_param(g, n->param[1]));
+    const char *ins[3] = {e->in0, g->tensors[n->param[0]].name,
+                          g->tensors[n->param[1]].name};
+    cl_pb_writer node;
+    node_begin(&node, "LayerNormalization", n->name, ins, 3, e->out);
+    attr_int(&node, "axis", -1);
+    attr_float(&node, "epsilon", n->attr.layernorm.eps);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+/* A two-input node "<node>.<step>" writing value out. */
+static void binary(emit_ctx *e, const char *op, const char *step, const char *a,
+                   const char *b, const char *out)
+{
+    char nm[96];
+    const char *ins[2] = {a, b};
+    cl_pb_writer node;
+    snprintf(nm, sizeof nm, "%s.%s", e->n->name, step);
+    node_begin(&node, op, nm, ins, b ? 2 : 1, out);
+    node_end(e->graph, &node);
+}
+
+/* Exact GELU decomposed, as Gelu is an operator only from opset 20:
+ * y = x * (erf(x / sqrt 2) + 1) * 0.5. */
+static cl_status emit_gelu(emit_ctx *e)
+{
+    const char *nm = e->n->name;
+    char c_sqrt2[96], c_one[96], c_half[96];
+    char v_div[48], v_erf[48], v_add[48], v_mul[48];
+    const float sqrt2 = 1.41421356237309504880f, one = 1.0f, half = 0.5f;
+    snprintf(c_sqrt2, sizeof c_sqrt2, "%s.sqrt2", nm);
+    snprintf(c_one, sizeof c_one, "%s.one", nm);
+    snprintf(c_half, sizeof c_half, "%s.half", nm);
+    initializer(e->graph, c_sqrt2, NULL, 0, &sqrt2, 1);
+    initializer(e->graph, c_one, NULL, 0, &one, 1);
+    initializer(e->graph, c_half, NULL, 0, &half, 1);
+    snprintf(v_div, sizeof v_div, "%s_div", e->out);
+    snprintf(v_erf, sizeof v_erf, "%s_erf", e->out);
+    snprintf(v_add, sizeof v_add, "%s_add", e->out);
+    snprintf(v_mul, sizeof v_mul, "%s_mul", e->out);
+    binary(e, "Div", "div", e->in0, c_sqrt2, v_div);
+    binary(e, "Erf", "erf", v_div, NULL, v_erf);
+    binary(e, "Add", "add", v_erf, c_one, v_add);
+    binary(e, "Mul", "mul", e->in0, v_add, v_mul);
+    binary(e, "Mul", "half", v_mul, c_half, e->out);
+    return CL_OK;
+}
+
+/* Softmax(axis -1) of x + bias + mask: the bias a value of the graph, the
+ * mask an initializer (the buffer's name and shape); Add broadcasts as
+ * classic does (numpy rules). */
+static cl_status emit_softmax(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    char v_b[48], v_m[48];
+    const char *z = e->in0;
+    if (n->n_in > 1) {
+        tensor_name(g, n->in[1], e->in1, sizeof e->in1);
+        snprintf(v_b, sizeof v_b, "%s_bias", e->out);
+        binary(e, "Add", "add_bias", z, e->in1, v_b);
+        z = v_b;
+    }
+    if (n->n_buf > 0) {
+        state_initializer(e, n->buf[0], cl_graph_buffer(g, n->buf[0]));
+        snprintf(v_m, sizeof v_m, "%s_mask", e->out);
+        binary(e, "Add", "add_mask", z, g->tensors[n->buf[0]].name, v_m);
+        z = v_m;
+    }
+    const char *ins[1] = {z};
+    cl_pb_writer node;
+    node_begin(&node, "Softmax", n->name, ins, 1, e->out);
+    attr_int(&node, "axis", -1);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
 /* The loss is no part of an inference model. */
 static cl_status emit_nothing(emit_ctx *e)
 {
@@ -337,6 +448,9 @@ static const emit_fn op_emit[CL_OP_COUNT] = {
     [CL_OP_LINEAR] = emit_linear,
     [CL_OP_ADD] = emit_add,
     [CL_OP_SOFTMAX_CE] = emit_nothing,
+    [CL_OP_LAYERNORM] = emit_layernorm,
+    [CL_OP_GELU] = emit_gelu,
+    [CL_OP_SOFTMAX] = emit_softmax,
 };
 CL_OP_TABLE_CHECK(op_emit, 16);
 
@@ -344,8 +458,12 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                              cl_pb_writer *graph)
 {
     char *folded = cl_alloc_zero((size_t)g->n_nodes, "onnx export");
-    if (!folded)
+    char *inited = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
+    if (!folded || !inited) {
+        cl_free(folded);
+        cl_free(inited);
         return CL_ERR_NOMEM;
+    }
     cl_status s = CL_OK;
     cl_pb_put_string(graph, GRAPH_NAME, "classic_resnet");
     for (int i = 0; i < g->n_nodes && s == CL_OK; i++) {
@@ -359,12 +477,18 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                          n->name, cl_op_name(n->op));
             break;
         }
-        emit_ctx e = {.g = g, .i = i, .n = n, .graph = graph, .folded = folded};
+        emit_ctx e = {.g = g,
+                      .i = i,
+                      .n = n,
+                      .graph = graph,
+                      .folded = folded,
+                      .inited = inited};
         tensor_name(g, n->in[0], e.in0, sizeof e.in0);
         tensor_name(g, n->out, e.out, sizeof e.out);
         s = op_emit[n->op](&e);
     }
     cl_free(folded);
+    cl_free(inited);
     if (s != CL_OK)
         return s;
     const cl_shape *xs = &g->tensors[g->input].shape;
@@ -391,12 +515,13 @@ cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
     cl_status s = build_graph(g, o, &graph);
     if (s != CL_OK)
         goto fail;
-    cl_pb_put_int64(&head, MODEL_IR_VERSION, 7);
+    /* IR version 8 goes with opset 17 (ONNX 1.12). */
+    cl_pb_put_int64(&head, MODEL_IR_VERSION, 8);
     {
         cl_pb_writer op;
         cl_pb_writer_init(&op);
         cl_pb_put_string(&op, OPSET_DOMAIN, "");
-        cl_pb_put_int64(&op, OPSET_VERSION, 13);
+        cl_pb_put_int64(&op, OPSET_VERSION, 17);
         cl_pb_put_message(&head, MODEL_OPSET_IMPORT, &op);
         cl_pb_writer_free(&op);
     }

@@ -6,7 +6,8 @@
  * which (lower.c: BN + ReLU, add + ReLU; for inference conv + BN + add +
  * ReLU); (2) forward and backward steps are planned node by node through
  * the op table (one file per op family: conv.c, bn.c, eltwise.c, pool.c,
- * linear.c, add.c, loss.c; fallback.c for the ops the table lacks), each
+ * linear.c, add.c, loss.c, norm.c, softmax.c; fallback.c for the ops the
+ * table lacks), each
  * step naming arena buffers ("stores") or external memory (the graph's
  * arenas, reordered weight copies); each use stamps the store with the
  * step's time; (3) the arena is laid out by those lifetimes (context.c);
@@ -122,6 +123,14 @@ typedef struct dn_add {
     int swap;    /* inputs exchanged */
 } dn_add;
 
+/* LayerNorm: the plain value forward reads (a copy when its input is
+ * laid out otherwise), for backward, and the stores of the statistics. */
+typedef struct dn_norm {
+    int src;
+    dnnl_memory_desc_t src_md;
+    int mean, var; /* training plans only, else -1 */
+} dn_norm;
+
 /* An op run by the reference kernels (fallback.c). */
 typedef struct dn_fallback {
     cl_ref_saved sv;
@@ -139,6 +148,7 @@ typedef struct dn_node {
         dn_bn bn;
         dn_pool pool;
         dn_add add;
+        dn_norm ln;
         dn_fallback fb;
     } u;
 } dn_node;
@@ -224,11 +234,37 @@ void cl_dnnl_add_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_add_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_add_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_loss_fwd(dn_ctx *d, int i);
+void cl_dnnl_norm_init(dn_node *x);
+cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_gelu_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_gelu_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i);
 /* The reference fallback, for any op with a reference kernel. */
 void cl_dnnl_fallback_init(dn_node *x);
 cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i);
 void cl_dnnl_fallback_free(dn_node *x);
+
+/* ---- plain row-major values (norm.c) ------------------------------------- */
+
+/* Tensor x's value for node i laid out plainly (row-major, its own data
+ * type), as the row-wise ops (layernorm, softmax) index it: x's store when
+ * it is plain, else a copy reordered before node i in each forward list. */
+cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_memory_desc_t *md,
+                              int *store);
+/* Node i's backward gradient for input x in plain layout: *plain is where
+ * a step writes it (md *pmd), then cl_dnnl_plain_grad_end moves it into
+ * x's gradient (a reorder when x's layout is not plain, an accumulation
+ * when another consumer wrote first).  *plain is -1 when x takes no
+ * gradient (the graph input). */
+cl_status cl_dnnl_plain_grad_begin(dn_ctx *d, int i, int x,
+                                   dnnl_memory_desc_t *pmd, int *plain,
+                                   int *tgt, int *acc);
+cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
+                                 const dnnl_memory_desc_t *pmd, int plain,
+                                 int tgt, int acc);
 
 /* ---- errors (context.c) -------------------------------------------------- */
 

@@ -110,7 +110,7 @@ int cl_dnnl_bwd_reads_dst(const dn_ctx *d, int r)
     const cl_node *n = &d->g->nodes[p];
     if (d->nd[p].fallback)
         return 1; /* it reads its own plain copy, kept whole */
-    if (n->op == CL_OP_RELU)
+    if (n->op == CL_OP_RELU || n->op == CL_OP_SOFTMAX)
         return 1;
     if (n->op == CL_OP_ADD && d->nd[p].relu)
         return 1;

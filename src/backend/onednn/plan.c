@@ -31,6 +31,11 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
                    NULL},
     /* The loss computes its gradient in forward. */
     [CL_OP_SOFTMAX_CE] = {NULL, NULL, cl_dnnl_loss_fwd, NULL, NULL},
+    [CL_OP_LAYERNORM] = {cl_dnnl_norm_init, NULL, cl_dnnl_layernorm_fwd,
+                         cl_dnnl_layernorm_bwd, NULL},
+    [CL_OP_GELU] = {NULL, NULL, cl_dnnl_gelu_fwd, cl_dnnl_gelu_bwd, NULL},
+    [CL_OP_SOFTMAX] = {NULL, NULL, cl_dnnl_softmax_fwd, cl_dnnl_softmax_bwd,
+                       NULL},
 };
 CL_OP_TABLE_CHECK(cl_dnnl_ops, 16);
 
