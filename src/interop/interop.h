@@ -24,9 +24,13 @@ typedef struct cl_onnx_opts {
 /* Writes g (a finalized ResNet graph with its weights) as an ONNX model,
  * opset 13, IR version 7: float input "input" (N,C,H,W), output "logits"
  * (N,K); Conv with each BatchNorm folded into its weights and bias (in
- * double), Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm.  The file
- * is written atomically.  CL_ERR_UNSUPPORTED names a node the format
- * mapping lacks (a BN not after a conv). */
+ * double), Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm (MatMul
+ * and Add for a linear over rank 3 and up); Swin's ops as MatMul
+ * (Transpose, Mul by alpha), Reshape + Gather + Reshape (row_gather, for
+ * the graph's batch only: o->batch must equal g->batch), Identity
+ * (droppath), ReduceMean (token_meanpool).  The file is written
+ * atomically.  CL_ERR_UNSUPPORTED names a node the format mapping lacks
+ * (a BN not after a conv, a row_gather at another batch). */
 cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
                                  const cl_onnx_opts *o);
 
