@@ -75,6 +75,8 @@ static void parity(gbuild_fn build, unsigned *fallback)
                          cl_last_error());
             goto done;
         }
+        /* (a key at which droppath keeps and drops samples) */
+        cl_backend_set_step(be[k], 3, mixed_step(&g[k], 3));
         CHECK_OK(cl_backend_set_input(be[k], x, labels, NULL));
         CHECK_OK(cl_backend_forward(be[k], 1, &loss[k]));
         CHECK_OK(cl_backend_read(be[k], g[k].logits, lg[k]));
