@@ -218,6 +218,29 @@ static void window_index(int64_t *fwd, int64_t *inv, int N)
             }
 }
 
+/* A step at which the droppath node of a finalized graph (its first) keeps
+ * some of the batch's samples and drops others under seed, so that a
+ * check sees both; 0 when the graph has none. */
+static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
+{
+    int dn = -1;
+    for (int i = 0; i < g->n_nodes && dn < 0; i++)
+        if (g->nodes[i].op == CL_OP_DROPPATH)
+            dn = i;
+    if (dn < 0)
+        return 0;
+    const float p = g->nodes[dn].attr.droppath.p;
+    for (uint64_t step = 0;; step++) {
+        cl_rng r;
+        int kept = 0;
+        cl_rng_init_node(&r, seed, step, (uint64_t)dn);
+        for (int n = 0; n < g->batch; n++)
+            kept += cl_droppath_scale(&r, n, p) != 0.0f;
+        if (kept > 0 && kept < g->batch)
+            return step;
+    }
+}
+
 /* Swin's block in miniature, every gather index filled after finalize:
  * x (N,C,H,W) -> proj: linear over W (5 -> 4), (N,C,4,4) -> to_nhwc:
  * row_gather (cols 1) (N,16,C) -> embed: linear (C -> 6) -> shift +

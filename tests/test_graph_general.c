@@ -458,15 +458,7 @@ CL_TEST(window_attention_gradients)
         if (g->nodes[k].op == CL_OP_DROPPATH)
             drop = k;
     REQUIRE(drop >= 0);
-    uint64_t step = 0;
-    for (;; step++) {
-        cl_rng r;
-        cl_rng_init_node(&r, 3, step, (uint64_t)drop);
-        if ((cl_droppath_scale(&r, 0, 0.25f) == 0.0f) !=
-            (cl_droppath_scale(&r, 1, 0.25f) == 0.0f))
-            break;
-    }
-    cl_backend_set_step(c.be, 3, step);
+    cl_backend_set_step(c.be, 3, mixed_step(g, 3));
     fd_all_params(&c);
     /* The shifted windows' product, reversed: the tokens of the gathered
      * output are the ref kernels' rows. */
@@ -505,5 +497,23 @@ CL_TEST(token_builders_errors)
               "m: token_meanpool: input has 4 dimensions");
     CHECK_ERR(cl_graph_token_meanpool(&g, "m", ix, &y), CL_ERR_ARG,
               "m: input tensor 'ix' is not an activation");
+    cl_graph_free(&g);
+}
+
+/* MACs per image: a linear counts every row of its input (Swin's token
+ * projections: rows per image times in times out), a matmul B*M*K*N;
+ * the token ops none. */
+CL_TEST(macs_of_tokens_and_products)
+{
+    cl_graph g;
+    REQUIRE_OK(cl_graph_init(&g, GN));
+    REQUIRE_OK(build_window(&g));
+    const int64_t nw = (WG / WS) * (WG / WS);
+    const int64_t proj = (int64_t)GC * GH * GW * WG; /* rows C*H, 5 -> 4 */
+    const int64_t embed = (int64_t)WG * WG * GC * WE;
+    const int64_t qk = nw * WS * WS * WE * WS * WS; /* (4,6) x (6,4) */
+    const int64_t sv = nw * WS * WS * WS * WS * WE; /* (4,4) x (4,6) */
+    const int64_t fc = (int64_t)WE * GK;
+    CHECK(cl_graph_macs(&g) == proj + embed + qk + sv + fc);
     cl_graph_free(&g);
 }

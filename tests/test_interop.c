@@ -451,6 +451,118 @@ static void onnx_case(int depth, int side, int n, const char *batch_opt)
     free(x);
 }
 
+/* Swin's ops in a small graph: x (N,3,4,4) -> conv 1x1 (3 -> 8) ->
+ * row_gather NCHW -> NHWC (N,16,8) -> linear over the tokens (8 -> 8,
+ * MatMul + Add) -> s = 0.3 t t^T (Transpose, MatMul, Mul) -> o = s t ->
+ * row_gather repeating tokens (N,20,8) -> droppath (Identity) -> token
+ * mean (ReduceMean) -> fc (Gemm) -> logits. */
+enum { SW_N = 2, SW_C = 3, SW_G = 4, SW_L = SW_G * SW_G, SW_E = 8, SW_K = 4 };
+
+static cl_status build_swin_ops(cl_graph *g)
+{
+    int x, c, t, e, s, o, r, dp, m, y, it, ir;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(SW_C, SW_E, 1, 1, 0);
+    cl_linear_attr ea = {SW_E, SW_E, 1}, fa = {SW_E, SW_K, 1};
+    cl_matmul_attr qk = {1, 0.3f}, sv = {0, 1.0f};
+    cl_droppath_attr da = {0.2f};
+    cl_softmax_ce_attr la = {SW_K, 0.0f};
+    const int64_t nt = (int64_t)SW_N * SW_L, nr = (int64_t)SW_N * (SW_L + 4);
+    CL_TRY(cl_graph_init(g, SW_N));
+    CL_TRY(cl_graph_input(g, SW_C, SW_G, SW_G, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv", x, &ca, &c));
+    CL_TRY(cl_graph_buffer_add(g, "tokens.index",
+                               cl_shape_make(1, (int64_t[]){nt * SW_E}), CL_I64,
+                               &it));
+    cl_shape ts = cl_shape_make(3, (int64_t[]){SW_N, SW_L, SW_E});
+    CL_TRY(cl_graph_row_gather(g, "tokens", c, it, 1, &ts, &t));
+    CL_TRY(cl_graph_linear(g, "embed", t, &ea, &e));
+    CL_TRY(cl_graph_matmul(g, "qk", e, e, &qk, &s));
+    CL_TRY(cl_graph_matmul(g, "sv", s, e, &sv, &o));
+    CL_TRY(cl_graph_buffer_add(g, "dup.index", cl_shape_make(1, &nr), CL_I64,
+                               &ir));
+    cl_shape rs = cl_shape_make(3, (int64_t[]){SW_N, SW_L + 4, SW_E});
+    CL_TRY(cl_graph_row_gather(g, "dup", o, ir, SW_E, &rs, &r));
+    CL_TRY(cl_graph_droppath(g, "drop", r, &da, &dp));
+    CL_TRY(cl_graph_token_meanpool(g, "mean", dp, &m));
+    CL_TRY(cl_graph_linear(g, "fc", m, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &la, 0));
+    CL_TRY(cl_graph_finalize(g));
+    int64_t *p = cl_graph_buffer_i64(g, it);
+    for (int n = 0; n < SW_N; n++)
+        for (int l = 0; l < SW_L; l++)
+            for (int ch = 0; ch < SW_E; ch++)
+                p[((int64_t)n * SW_L + l) * SW_E + ch] =
+                    ((int64_t)n * SW_E + ch) * SW_L + l;
+    p = cl_graph_buffer_i64(g, ir);
+    for (int n = 0; n < SW_N; n++)
+        for (int j = 0; j < SW_L + 4; j++)
+            p[(int64_t)n * (SW_L + 4) + j] =
+                (int64_t)n * SW_L + (j < SW_L ? SW_L - 1 - j : 3 * j % SW_L);
+    cl_rng r0;
+    cl_rng_init(&r0, 29, 0);
+    for (int k = 0; k < g->n_tensors; k++)
+        if (g->tensors[k].kind == CL_GT_PARAM) {
+            float *w = cl_graph_param(g, k);
+            for (int64_t i = 0; i < cl_graph_numel(g, k); i++)
+                w[i] = cl_rng_uniform(&r0) - 0.5f;
+        }
+    return CL_OK;
+}
+
+/* The graph exported at its batch and run by ONNX Runtime gives the ref
+ * and onednn backends' evaluation logits (droppath the identity); a
+ * dynamic batch is refused, naming the row_gather whose index is made for
+ * the graph's batch. */
+CL_TEST(onnx_swin_ops)
+{
+    char cmd[4096];
+    const char *onnx = cl_test_path("swin_ops.onnx");
+    const char *xin = cl_test_path("swin_x.bin");
+    const char *yout = cl_test_path("swin_y.bin");
+    cl_graph g;
+    memset(&g, 0, sizeof g);
+    REQUIRE_OK(build_swin_ops(&g));
+    cl_onnx_opts dyn = {0, NULL, 0}, fixed = {SW_N, NULL, 0};
+    CHECK_ERR(cl_interop_export_onnx(&g, onnx, &dyn), CL_ERR_UNSUPPORTED,
+              "node tokens (row_gather) has an index made for the graph's "
+              "batch of 2");
+    REQUIRE_OK(cl_interop_export_onnx(&g, onnx, &fixed));
+    snprintf(cmd, sizeof cmd,
+             CL_SOURCE_DIR "/tests/onnx/setup.sh " CL_BINARY_DIR "/onnx");
+    REQUIRE(cl_test_run(cmd) == 0);
+    enum { NX = SW_N * SW_C * SW_L, NY = SW_N * SW_K };
+    float x[NX], want[NY];
+    cl_rng r;
+    cl_rng_init(&r, 31, 0);
+    for (int i = 0; i < NX; i++)
+        x[i] = 2.0f * cl_rng_uniform(&r) - 1.0f;
+    REQUIRE(write_floats(xin, x, NX) == 0);
+    snprintf(cmd, sizeof cmd,
+             "node " CL_SOURCE_DIR "/tests/onnx/run.js " CL_BINARY_DIR
+             "/onnx %s %s %d,%d,%d,%d %s",
+             onnx, xin, SW_N, SW_C, SW_G, SW_G, yout);
+    REQUIRE(cl_test_run(cmd) == 0);
+    float *ort = read_floats(yout, NY);
+    REQUIRE(ort);
+    static const char *const names[2] = {"ref", "onednn"};
+    for (int k = 0; k < 2; k++) {
+        cl_backend *be = NULL;
+        CHECK_OK(cl_backend_create(&be, names[k], &g, CL_PLAN_INFER, NULL));
+        if (!be)
+            continue;
+        CHECK_OK(cl_backend_set_input(be, x, NULL, NULL));
+        CHECK_OK(cl_backend_forward(be, 0, NULL));
+        CHECK_OK(cl_backend_read(be, g.logits, want));
+        cl_backend_destroy(be);
+        const double e = rel_err(ort, want, NY);
+        printf("onnx swin ops: ORT vs classic %s max rel err %.3g\n", names[k],
+               e);
+        CHECK(e < 1e-4);
+    }
+    free(ort);
+    cl_graph_free(&g);
+}
+
 /* Reads the exported file back with the protobuf reader: IR version,
  * opset, producer, the metadata_props keys, the node kinds. */
 static void onnx_check_structure(const char *path)
@@ -555,7 +667,7 @@ CL_TEST(onnx_resnet50_fixed_batch)
  * 0 and -100 broadcast over N and H -> gelu (the mean of p alone is a
  * constant) -> gap -> fc -> logits.  Exported with a fixed and a symbolic
  * batch and run by ONNX Runtime against classic's ref backend. */
-static cl_status build_swin_ops(cl_graph *g, int n)
+static cl_status build_attn_ops(cl_graph *g, int n)
 {
     int x, l, a, m, p, q, r, y;
     cl_layernorm_attr la = cl_layernorm_attr_make(6);
@@ -592,7 +704,7 @@ CL_TEST(onnx_layernorm_gelu_softmax)
     const char *yout = cl_test_path("swin_y.bin");
     char cmd[4096];
     cl_graph g;
-    REQUIRE_OK(build_swin_ops(&g, N));
+    REQUIRE_OK(build_attn_ops(&g, N));
     float x[N * 3 * 4 * 6], want[N * K];
     cl_rng rng;
     cl_rng_init(&rng, 78, 0);

@@ -1756,6 +1756,238 @@ CL_TEST(arena_plan_lifetimes)
 /* ---- the reference fallback ------------------------------------------------
  */
 
+/* ---- Swin's token ops ---------------------------------------------------
+ *
+ * A conv's output (nChw16c, or nhwc with channels_last: never plain) turned
+ * into tokens by a row gather, a rank-3 linear (qkv), heads split out by
+ * three gathers, alpha q k^T and s v as matmuls, heads merged back, a
+ * gather that repeats tokens (its gradient sums), droppath and the token
+ * mean before the head. */
+
+enum {
+    TK_C = 8,
+    TK_CH = 16,
+    TK_G = 4,
+    TK_L = TK_G * TK_G,
+    TK_HEADS = 2,
+    TK_HD = 4,
+    TK_E = TK_HEADS * TK_HD,
+    TK_DUP = 4
+};
+
+/* The node of graph g with op `op` (the first), or -1. */
+static int node_of(const cl_graph *g, cl_op_kind op)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == op)
+            return i;
+    return -1;
+}
+
+static cl_status build_tokens(cl_graph *g, int batch)
+{
+    const int N = batch;
+    int x, c, t, qkv, h[3], s, o, m, dup, dp, mp, y;
+    int it, ih[3], im, idp;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(TK_C, TK_CH, 3, 1, 1);
+    cl_linear_attr qa = {TK_CH, 3 * TK_E, 1}, fa = {TK_E, K_CLASSES, 1};
+    cl_matmul_attr qk = {1, 0.5f}, sv = {0, 1.0f};
+    cl_droppath_attr da = {0.5f};
+    cl_softmax_ce_attr la = {K_CLASSES, 0.0f};
+    const int64_t nt = (int64_t)N * TK_L;
+    CL_TRY(cl_graph_input(g, TK_C, TK_G, TK_G, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv", x, &ca, &c));
+    CL_TRY(cl_graph_buffer_add(g, "tokens.index",
+                               cl_shape_make(1, (int64_t[]){nt * TK_CH}),
+                               CL_I64, &it));
+    cl_shape ts = cl_shape_make(3, (int64_t[]){N, TK_L, TK_CH});
+    CL_TRY(cl_graph_row_gather(g, "tokens", c, it, 1, &ts, &t));
+    CL_TRY(cl_graph_linear(g, "qkv", t, &qa, &qkv));
+    static const char *names[3] = {"q", "k", "v"},
+                      *inames[3] = {"q.index", "k.index", "v.index"};
+    cl_shape hs =
+        cl_shape_make(3, (int64_t[]){(int64_t)N * TK_HEADS, TK_L, TK_HD});
+    for (int k = 0; k < 3; k++) {
+        CL_TRY(cl_graph_buffer_add(g, inames[k],
+                                   cl_shape_make(1, (int64_t[]){nt * TK_HEADS}),
+                                   CL_I64, &ih[k]));
+        CL_TRY(cl_graph_row_gather(g, names[k], qkv, ih[k], TK_HD, &hs, &h[k]));
+    }
+    CL_TRY(cl_graph_matmul(g, "qk", h[0], h[1], &qk, &s));
+    CL_TRY(cl_graph_matmul(g, "sv", s, h[2], &sv, &o));
+    CL_TRY(cl_graph_buffer_add(g, "merge.index",
+                               cl_shape_make(1, (int64_t[]){nt * TK_HEADS}),
+                               CL_I64, &im));
+    cl_shape ms = cl_shape_make(3, (int64_t[]){N, TK_L, TK_E});
+    CL_TRY(cl_graph_row_gather(g, "merge", o, im, TK_HD, &ms, &m));
+    const int64_t nd = (int64_t)N * (TK_L + TK_DUP);
+    CL_TRY(cl_graph_buffer_add(g, "dup.index", cl_shape_make(1, &nd), CL_I64,
+                               &idp));
+    cl_shape ds = cl_shape_make(3, (int64_t[]){N, TK_L + TK_DUP, TK_E});
+    CL_TRY(cl_graph_row_gather(g, "dup", m, idp, TK_E, &ds, &dup));
+    CL_TRY(cl_graph_droppath(g, "drop", dup, &da, &dp));
+    CL_TRY(cl_graph_token_meanpool(g, "mean", dp, &mp));
+    CL_TRY(cl_graph_linear(g, "fc", mp, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &la, 0));
+    CL_TRY(cl_graph_finalize(g));
+    int64_t *p = cl_graph_buffer_i64(g, it);
+    for (int n = 0; n < N; n++)
+        for (int l = 0; l < TK_L; l++)
+            for (int ch = 0; ch < TK_CH; ch++)
+                p[((int64_t)n * TK_L + l) * TK_CH + ch] =
+                    ((int64_t)n * TK_CH + ch) * TK_L + l;
+    /* head h of q/k/v: rows (n, h, l) of qkv's rows (n, l, part*H + h) */
+    for (int k = 0; k < 3; k++) {
+        p = cl_graph_buffer_i64(g, ih[k]);
+        for (int n = 0; n < N; n++)
+            for (int hh = 0; hh < TK_HEADS; hh++)
+                for (int l = 0; l < TK_L; l++)
+                    p[((int64_t)n * TK_HEADS + hh) * TK_L + l] =
+                        ((int64_t)n * TK_L + l) * 3 * TK_HEADS + k * TK_HEADS +
+                        hh;
+    }
+    p = cl_graph_buffer_i64(g, im);
+    for (int n = 0; n < N; n++)
+        for (int l = 0; l < TK_L; l++)
+            for (int hh = 0; hh < TK_HEADS; hh++)
+                p[((int64_t)n * TK_L + l) * TK_HEADS + hh] =
+                    ((int64_t)n * TK_HEADS + hh) * TK_L + l;
+    p = cl_graph_buffer_i64(g, idp);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < TK_L + TK_DUP; j++)
+            p[(int64_t)n * (TK_L + TK_DUP) + j] =
+                (int64_t)n * TK_L + (j < TK_L ? j : (j - TK_L) * 5 % TK_L);
+    return CL_OK;
+}
+
+/* A step at which the droppath node of g keeps some samples and drops
+ * others (so a wrong mask cannot pass as all-kept). */
+static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
+{
+    const int dn = node_of(g, CL_OP_DROPPATH);
+    const float p = g->nodes[dn].attr.droppath.p;
+    for (uint64_t step = 0;; step++) {
+        cl_rng r;
+        int kept = 0;
+        cl_rng_init_node(&r, seed, step, (uint64_t)dn);
+        for (int n = 0; n < g->batch; n++)
+            kept += cl_droppath_scale(&r, n, p) != 0.0f;
+        if (kept > 0 && kept < g->batch)
+            return step;
+    }
+}
+
+/* One training step of build_tokens on names[0] (side 0, the yardstick)
+ * and names[1] with options two[]: loss and logits within ftol, every
+ * gradient within gtol (maxima, or cosine >= 1 - gtol when cos), then an
+ * evaluation forward (droppath the identity). */
+static void tokens_case(const char *const names[2],
+                        const cl_backend_opts two[2], double ftol, double gtol,
+                        int cos)
+{
+    pair p;
+    cl_status s =
+        pair_make_two(&p, build_tokens, 4, CL_PLAN_TRAIN, 13, names, two);
+    if (s != CL_OK) {
+        cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
+        pair_free(&p);
+        return;
+    }
+    const uint64_t step = mixed_step(&p.g[0], 3);
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        cl_backend_set_step(p.be[k], 3, step);
+        CHECK_OK(cl_backend_set_input(p.be[k], p.x, p.labels, NULL));
+        CHECK_OK(cl_backend_forward(p.be[k], 1, &loss[k]));
+        CHECK_OK(cl_backend_backward(p.be[k]));
+    }
+    CHECK(isfinite(loss[0]));
+    CHECK_NEAR(loss[1], loss[0], ftol * fabs(loss[0]) + 1e-6);
+    check_tensor(&p, p.g[0].logits, ftol, "logits");
+    if (cos) {
+        double c = cosine(p.g[1].grads, p.g[0].grads, p.g[0].n_param_floats);
+        fprintf(stderr, "tokens: loss %.6f vs %.6f, gradient cosine %.5f\n",
+                loss[1], loss[0], c);
+        CHECK(c >= 1.0 - gtol);
+    } else {
+        check_grads(&p, gtol);
+    }
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(cl_backend_forward(p.be[k], 0, &loss[k]));
+    CHECK_NEAR(loss[1], loss[0], ftol * fabs(loss[0]) + 1e-6);
+    check_tensor(&p, p.g[0].logits, ftol, "eval logits");
+    pair_free(&p);
+}
+
+/* Every op of the graph on oneDNN (nothing through the fallback), against
+ * the ref backend at f32: with the conv's output blocked and, with
+ * channels_last, nhwc (each read plain through a reorder, its gradient
+ * reordered back); and once more with the token ops, matmul and linear on
+ * the fallback, held to the same tolerance. */
+CL_TEST(tokens_f32_like_ref)
+{
+    static const char *const names[2] = {"ref", "onednn"};
+    for (int cl = 0; cl <= 1; cl++) {
+        cl_backend_opts two[2] = {{0}, {0}};
+        two[1].channels_last = cl;
+        tokens_case(names, two, 1e-4, 2e-4, 0);
+    }
+    pair p;
+    cl_backend_opts o = {.channels_last = 1};
+    REQUIRE_OK(pair_make_opts(&p, build_tokens, 4, CL_PLAN_TRAIN, 13, &o));
+    CHECK(cl_backend_fallback_ops(p.be[1]) == 0);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "plain copy") >= 2);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "plain gradient back") == 1);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "row gather") == 2 * 6);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "matmul forward") == 2 * 2);
+    pair_free(&p);
+    cl_backend_opts two[2] = {{0}, {0}};
+    two[1].fallback_ops = 1u << CL_OP_ROW_GATHER | 1u << CL_OP_DROPPATH |
+                          1u << CL_OP_TOKEN_MEANPOOL | 1u << CL_OP_MATMUL |
+                          1u << CL_OP_LINEAR;
+    tokens_case(names, two, 1e-4, 2e-4, 0);
+}
+
+/* A bad index stops the oneDNN forward naming the node, as the ref's. */
+CL_TEST(tokens_bad_index_names_the_node)
+{
+    pair p;
+    REQUIRE_OK(pair_make(&p, build_tokens, 2, CL_PLAN_TRAIN, 13));
+    int ix = cl_graph_find(&p.g[1], "dup.index");
+    REQUIRE(ix >= 0);
+    cl_graph_buffer_i64(&p.g[1], ix)[5] = -2;
+    CHECK_OK(cl_backend_set_input(p.be[1], p.x, p.labels, NULL));
+    CHECK_ERR(cl_backend_forward(p.be[1], 1, NULL), CL_ERR_ARG,
+              "dup: row_gather: index[5] is -2, expected 0..31");
+    pair_free(&p);
+}
+
+/* amp O2: the token ops move and scale bf16 values, matmul and the rank-3
+ * linear run in bf16: against the ref backend at f32, loss and logits
+ * within 2% and the gradient vector at cosine >= 0.99 (bf16 keeps 8
+ * significant bits; measured 0.99999, loss 0.2% off); and against O2 with
+ * the token ops and matmul on the fallback (f32 kernels on widened values,
+ * rounded back) within 1% and cosine 0.999. */
+CL_TEST(tokens_amp_o2)
+{
+    if (bf16_refused_here())
+        return;
+    static const char *const vs_ref[2] = {"ref", "onednn"};
+    static const char *const both[2] = {"onednn", "onednn"};
+    cl_backend_opts two[2] = {{0}, {0}};
+    two[1].amp_level = 2;
+    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
+    two[1].channels_last = 1;
+    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
+    two[0].amp_level = 2;
+    two[1].channels_last = 0;
+    /* (not linear: the head on the fallback would hand the loss bf16
+     * logits) */
+    two[0].fallback_ops = 1u << CL_OP_ROW_GATHER | 1u << CL_OP_DROPPATH |
+                          1u << CL_OP_TOKEN_MEANPOOL | 1u << CL_OP_MATMUL;
+    tokens_case(both, two, 1e-2, 1e-3, 1);
+}
+
 /* Each per-op graph with its ops run through the fallback holds to the
  * ref backend as tightly as with the oneDNN kernels. */
 CL_TEST(fallback_ops_per_op_like_ref)

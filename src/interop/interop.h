@@ -24,11 +24,14 @@ typedef struct cl_onnx_opts {
 /* Writes g (a finalized graph with its weights) as an ONNX model, opset
  * 17, IR version 8: float input "input" (N,C,H,W), output "logits" (N,K);
  * Conv with each BatchNorm folded into its weights and bias (in double),
- * Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm, LayerNormalization
- * (axis -1), GELU as Div, Erf, Add, Mul, Mul, and Softmax (axis -1) after
- * the Adds of its bias and mask.  The file
- * is written atomically.  CL_ERR_UNSUPPORTED names a node the format
- * mapping lacks (a BN not after a conv). */
+ * Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm (MatMul and Add for
+ * a linear over rank 3 and up), LayerNormalization (axis -1), GELU as
+ * Div, Erf, Add, Mul, Mul, Softmax (axis -1) after the Adds of its bias
+ * and mask; MatMul (Transpose, Mul by alpha), Reshape + Gather + Reshape
+ * (row_gather, for the graph's batch only: o->batch must equal g->batch),
+ * Identity (droppath), ReduceMean (token_meanpool).  The file is written
+ * atomically.  CL_ERR_UNSUPPORTED names a node the format mapping lacks
+ * (a BN not after a conv, a row_gather at another batch). */
 cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
                                  const cl_onnx_opts *o);
 

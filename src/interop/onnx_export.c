@@ -46,6 +46,7 @@ enum {
     TENSOR_NAME = 8,
     TENSOR_RAW_DATA = 9,
     TENSOR_FLOAT = 1,
+    TENSOR_INT64 = 7,
     VI_NAME = 1,
     VI_TYPE = 2,
     TYPE_TENSOR = 1,
@@ -134,6 +135,22 @@ static void initializer(cl_pb_writer *graph, const char *name,
     cl_pb_writer_free(&t);
 }
 
+/* An int64 initializer (indices, shapes). */
+static void initializer_i64(cl_pb_writer *graph, const char *name,
+                            const int64_t *dims, int ndim, const int64_t *v,
+                            size_t n)
+{
+    cl_pb_writer t;
+    cl_pb_writer_init(&t);
+    for (int i = 0; i < ndim; i++)
+        cl_pb_put_int64(&t, TENSOR_DIMS, dims[i]);
+    cl_pb_put_varint(&t, TENSOR_DATA_TYPE, TENSOR_INT64);
+    cl_pb_put_string(&t, TENSOR_NAME, name);
+    cl_pb_put_bytes(&t, TENSOR_RAW_DATA, v, n * sizeof(int64_t));
+    cl_pb_put_message(graph, GRAPH_INITIALIZER, &t);
+    cl_pb_writer_free(&t);
+}
+
 /* ValueInfoProto of a float tensor; dims[0] < 0 writes dim_param "N". */
 static void value_info(cl_pb_writer *graph, int field, const char *name,
                        const int64_t *dims, int ndim)
@@ -180,6 +197,7 @@ static int bn_after(const cl_graph *g, int conv)
 /* One node's emitter reads the node and its ONNX tensor names. */
 typedef struct emit_ctx {
     const cl_graph *g;
+    const cl_onnx_opts *o;
     int i;
     const cl_node *n;
     cl_pb_writer *graph;
@@ -310,8 +328,159 @@ static cl_status emit_global_avgpool(emit_ctx *e)
     return CL_OK;
 }
 
+/* A Reshape of `in` to the int64 shape dims (an initializer named after
+ * the node and `tag`) into `out`. */
+static void reshape(emit_ctx *e, const char *tag, const char *in,
+                    const int64_t *dims, int nd, const char *out)
+{
+    char sn[112], nn[112];
+    int64_t len = nd;
+    snprintf(sn, sizeof sn, "%s.%s_shape", e->n->name, tag);
+    snprintf(nn, sizeof nn, "%s.%s", e->n->name, tag);
+    initializer_i64(e->graph, sn, &len, 1, dims, (size_t)nd);
+    const char *ins[2] = {in, sn};
+    cl_pb_writer node;
+    node_begin(&node, "Reshape", nn, ins, 2, out);
+    node_end(e->graph, &node);
+}
+
+/* A linear over rank 3 and up: Gemm takes 2-d inputs only, so MatMul with
+ * the transposed weights (an initializer of its own, (in, out)) and an Add
+ * of the bias, both broadcasting over the leading dimensions. */
+static cl_status emit_linear_tokens(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_linear_attr *a = &e->n->attr.linear;
+    const int wt = e->n->param[0];
+    const float *w = cl_graph_param(g, wt);
+    const size_t nw = (size_t)a->in_features * (size_t)a->out_features;
+    float *wtr = cl_alloc(nw * sizeof(float), "onnx linear weight");
+    if (!wtr)
+        return CL_ERR_NOMEM;
+    for (int o = 0; o < a->out_features; o++)
+        for (int k = 0; k < a->in_features; k++)
+            wtr[(size_t)k * a->out_features + o] =
+                w[(size_t)o * a->in_features + k];
+    char wn[96], mid[48], bname[96];
+    snprintf(wn, sizeof wn, "%s.T", g->tensors[wt].name);
+    int64_t wd[2] = {a->in_features, a->out_features};
+    initializer(e->graph, wn, wd, 2, wtr, nw);
+    cl_free(wtr);
+    snprintf(mid, sizeof mid, "%s_mm", e->out);
+    const char *ins[2] = {e->in0, wn};
+    cl_pb_writer node;
+    node_begin(&node, "MatMul", e->n->name, ins, 2, a->has_bias ? mid : e->out);
+    node_end(e->graph, &node);
+    if (!a->has_bias)
+        return CL_OK;
+    const int bt = e->n->param[1];
+    char nn[96];
+    snprintf(bname, sizeof bname, "%s", g->tensors[bt].name);
+    initializer(e->graph, bname, g->tensors[bt].shape.d, 1,
+                cl_graph_param(g, bt), (size_t)cl_graph_numel(g, bt));
+    snprintf(nn, sizeof nn, "%s.bias", e->n->name);
+    const char *bin[2] = {mid, bname};
+    node_begin(&node, "Add", nn, bin, 2, e->out);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+/* alpha a b: MatMul (after a Transpose of b's last two axes for trans_b),
+ * then a Mul by alpha unless it is 1; MatMul broadcasts a 2-d b. */
+static cl_status emit_matmul(emit_ctx *e)
+{
+    const cl_matmul_attr *at = &e->n->attr.matmul;
+    char bt[48], mid[48], nn[96], an[96];
+    cl_pb_writer node;
+    tensor_name(e->g, e->n->in[1], e->in1, sizeof e->in1);
+    const char *b = e->in1;
+    if (at->trans_b) {
+        const int r = e->g->tensors[e->n->in[1]].shape.ndim;
+        int perm[CL_MAX_DIMS];
+        for (int k = 0; k < r; k++)
+            perm[k] = k;
+        perm[r - 2] = r - 1;
+        perm[r - 1] = r - 2;
+        snprintf(bt, sizeof bt, "%s_bT", e->out);
+        snprintf(nn, sizeof nn, "%s.transpose_b", e->n->name);
+        const char *tin[1] = {e->in1};
+        node_begin(&node, "Transpose", nn, tin, 1, bt);
+        attr_ints(&node, "perm", perm, r);
+        node_end(e->graph, &node);
+        b = bt;
+    }
+    snprintf(mid, sizeof mid, "%s_ab", e->out);
+    const char *ins[2] = {e->in0, b};
+    const int scaled = at->alpha != 1.0f;
+    node_begin(&node, "MatMul", e->n->name, ins, 2, scaled ? mid : e->out);
+    node_end(e->graph, &node);
+    if (!scaled)
+        return CL_OK;
+    snprintf(an, sizeof an, "%s.alpha", e->n->name);
+    initializer(e->graph, an, NULL, 0, &at->alpha, 1);
+    snprintf(nn, sizeof nn, "%s.scale", e->n->name);
+    const char *min[2] = {mid, an};
+    node_begin(&node, "Mul", nn, min, 2, e->out);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
+/* Reshape(-1, cols) -> Gather(axis 0, the index as an int64 initializer)
+ * -> Reshape(out shape).  The index is made for the graph's batch, so the
+ * model is written for that batch only. */
+static cl_status emit_row_gather(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    const cl_row_gather_attr *a = &n->attr.row_gather;
+    if (e->o->batch != g->batch)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "onnx export: node %s (row_gather) has an index "
+                        "made for the graph's batch of %d; export with a "
+                        "fixed batch of %d",
+                        n->name, g->batch, g->batch);
+    char rows[48], picked[48], ixn[96];
+    const int64_t flat[2] = {-1, a->cols};
+    snprintf(rows, sizeof rows, "%s_rows", e->out);
+    snprintf(picked, sizeof picked, "%s_picked", e->out);
+    reshape(e, "rows", e->in0, flat, 2, rows);
+    const int64_t M = cl_graph_numel(g, n->buf[0]);
+    /* named after the node: nodes may share one index buffer */
+    snprintf(ixn, sizeof ixn, "%s.index", n->name);
+    initializer_i64(e->graph, ixn, &M, 1, cl_graph_buffer_i64(g, n->buf[0]),
+                    (size_t)M);
+    const char *ins[2] = {rows, ixn};
+    cl_pb_writer node;
+    node_begin(&node, "Gather", n->name, ins, 2, picked);
+    attr_int(&node, "axis", 0);
+    node_end(e->graph, &node);
+    reshape(e, "out", picked, a->out.d, a->out.ndim, e->out);
+    return CL_OK;
+}
+
+/* Evaluation: stochastic depth is the identity. */
+static cl_status emit_droppath(emit_ctx *e)
+{
+    return emit_plain(e, "Identity", 1);
+}
+
+/* (B,L,C) -> (B,C); the axes attribute is valid through opset 17. */
+static cl_status emit_token_meanpool(emit_ctx *e)
+{
+    const char *ins[1] = {e->in0};
+    const int axes[1] = {1};
+    cl_pb_writer node;
+    node_begin(&node, "ReduceMean", e->n->name, ins, 1, e->out);
+    attr_ints(&node, "axes", axes, 1);
+    attr_int(&node, "keepdims", 0);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
 static cl_status emit_linear(emit_ctx *e)
 {
+    if (e->g->tensors[e->n->in[0]].shape.ndim > 2)
+        return emit_linear_tokens(e);
     const cl_graph *g = e->g;
     const cl_linear_attr *a = &e->n->attr.linear;
     int wt = e->n->param[0];
@@ -451,6 +620,10 @@ static const emit_fn op_emit[CL_OP_COUNT] = {
     [CL_OP_LAYERNORM] = emit_layernorm,
     [CL_OP_GELU] = emit_gelu,
     [CL_OP_SOFTMAX] = emit_softmax,
+    [CL_OP_MATMUL] = emit_matmul,
+    [CL_OP_ROW_GATHER] = emit_row_gather,
+    [CL_OP_DROPPATH] = emit_droppath,
+    [CL_OP_TOKEN_MEANPOOL] = emit_token_meanpool,
 };
 CL_OP_TABLE_CHECK(op_emit, 16);
 
@@ -478,6 +651,7 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
             break;
         }
         emit_ctx e = {.g = g,
+                      .o = o,
                       .i = i,
                       .n = n,
                       .graph = graph,

@@ -121,12 +121,22 @@ static void init_softmax(cl_graph *g, const cl_node *n, const init_ctx *c)
     (void)c;
 }
 
+/* A row gather's one buffer is its index, the model's to fill after
+ * finalize: nothing to draw, but not an op without initialisation. */
+static void init_row_gather(cl_graph *g, const cl_node *n, const init_ctx *c)
+{
+    (void)g;
+    (void)n;
+    (void)c;
+}
+
 /* Per op; NULL for ops with neither parameters nor buffers. */
 static const init_fn op_init[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = init_conv2d,
     [CL_OP_BATCHNORM2D] = init_batchnorm2d,
     [CL_OP_LINEAR] = init_linear,
     [CL_OP_TABLE_GATHER] = init_table_gather,
+    [CL_OP_ROW_GATHER] = init_row_gather,
     [CL_OP_LAYERNORM] = init_layernorm,
     [CL_OP_SOFTMAX] = init_softmax,
 };

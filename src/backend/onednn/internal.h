@@ -138,6 +138,19 @@ typedef struct dn_fallback {
     int y;                 /* store of the plain f32 output */
 } dn_fallback;
 
+/* row_gather, droppath, token_meanpool (tokens.c): the positions that
+ * read each input row, rebuilt from the index at every row_gather
+ * backward (R + 1 starts, M positions), so dx sums them in position order
+ * on any thread count. */
+typedef struct dn_tokens {
+    int64_t *start, *list;
+} dn_tokens;
+
+/* matmul (matmul.c): the stores of a and b as the forward read them. */
+typedef struct dn_matmul {
+    int a, b;
+} dn_matmul;
+
 typedef struct dn_node {
     int skip;     /* fused into another node's primitive */
     int relu;     /* BN / add / inference conv: ReLU fused */
@@ -150,6 +163,8 @@ typedef struct dn_node {
         dn_add add;
         dn_norm ln;
         dn_fallback fb;
+        dn_tokens tok;
+        dn_matmul mm;
     } u;
 } dn_node;
 
@@ -230,6 +245,15 @@ cl_status cl_dnnl_gap_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_gap_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i);
+void cl_dnnl_tokens_free(dn_node *x);
+cl_status cl_dnnl_row_gather_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_row_gather_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_droppath_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_droppath_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_token_meanpool_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_token_meanpool_bwd(dn_ctx *d, int i);
+cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i);
+cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i);
 void cl_dnnl_add_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_add_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_add_bwd(dn_ctx *d, int i);
@@ -246,25 +270,6 @@ void cl_dnnl_fallback_init(dn_node *x);
 cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i);
 void cl_dnnl_fallback_free(dn_node *x);
-
-/* ---- plain row-major values (norm.c) ------------------------------------- */
-
-/* Tensor x's value for node i laid out plainly (row-major, its own data
- * type), as the row-wise ops (layernorm, softmax) index it: x's store when
- * it is plain, else a copy reordered before node i in each forward list. */
-cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_memory_desc_t *md,
-                              int *store);
-/* Node i's backward gradient for input x in plain layout: *plain is where
- * a step writes it (md *pmd), then cl_dnnl_plain_grad_end moves it into
- * x's gradient (a reorder when x's layout is not plain, an accumulation
- * when another consumer wrote first).  *plain is -1 when x takes no
- * gradient (the graph input). */
-cl_status cl_dnnl_plain_grad_begin(dn_ctx *d, int i, int x,
-                                   dnnl_memory_desc_t *pmd, int *plain,
-                                   int *tgt, int *acc);
-cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
-                                 const dnnl_memory_desc_t *pmd, int plain,
-                                 int tgt, int acc);
 
 /* ---- errors (context.c) -------------------------------------------------- */
 
@@ -433,6 +438,29 @@ void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a);
 cl_status cl_dnnl_set_md(dn_ctx *d, int t, const dnnl_memory_desc_t *md,
                          int store);
 cl_status cl_dnnl_ensure_input_md(dn_ctx *d, int x);
+
+/* ---- plain views (tokens.c) -------------------------------------------------
+ *
+ * Ops that see an activation as rows (tokens.c, matmul.c, linear over rank
+ * 3 and up, layernorm, softmax) read it plain (row-major): a conv's output may
+ * be blocked (nChw16c) or channels-last, and reaches them through a reorder. */
+
+/* The value of x in type dt (dnnl_data_type_undef: x's own type), plain:
+ * x's own store (or its shared cast) when x is plain, else a copy
+ * reordered before node i in each forward list. */
+cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
+                              dnnl_memory_desc_t *md, int *store);
+/* Where node i writes x's gradient plain in x's type (*pm): *dx, the
+ * gradient store itself when x is plain, else a store that
+ * cl_dnnl_plain_grad_end reorders into it.  *tgt < 0: no gradient. */
+cl_status cl_dnnl_plain_grad(dn_ctx *d, int i, int x, dnnl_memory_desc_t *pm,
+                             int *dx, int *tgt, int *acc);
+cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
+                                 const dnnl_memory_desc_t *pm, int dx, int tgt,
+                                 int acc);
+/* A plain md of nd dims in type dt. */
+void cl_dnnl_md_plain_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
+                         dnnl_data_type_t dt);
 
 /* ---- lowering (lower.c) ---------------------------------------------------
  */

@@ -1,7 +1,23 @@
 /* The oneDNN backend's linear layers as inner products, forward and
- * backward planning side by side; the logits stay f32 at every amp
- * level. */
+ * backward planning side by side.  A 2-d input (the classifier head)
+ * writes f32 at every amp level (the logits); an input of rank 3 and up
+ * (Swin's token projections, linear over the last dimension) is read
+ * plain as (rows, in) and writes (rows, out) in the activation type, as
+ * convolutions do. */
 #include "backend/onednn/internal.h"
+
+/* The rows of linear node i: every dimension of its input but the last. */
+static int64_t linear_rows(const dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    return cl_graph_numel(d->g, n->in[0]) / n->attr.linear.in_features;
+}
+
+/* Whether linear node i reads an input of rank 3 and up (as rows). */
+static int linear_tokens(const dn_ctx *d, int i)
+{
+    return gt(d, d->g->nodes[i].in[0])->shape.ndim > 2;
+}
 
 /* Plain (out, in...) weights md of linear node i for an input md. */
 static void linear_wdims(const dn_ctx *d, int i, const dnnl_memory_desc_t *src,
@@ -25,9 +41,16 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     dn_step *s;
     dnnl_dims_t wdims, ddims = {0, a->out_features};
     TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
-    dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd;
+    dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd, full;
     int src;
-    TRY(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
+    const int tok = linear_tokens(d, i);
+    if (tok) {
+        dnnl_dims_t sd = {linear_rows(d, i), a->in_features};
+        TRY(cl_dnnl_plain_value(d, i, n->in[0], conv_dt(d), &full, &src));
+        cl_dnnl_md_plain_dt(&smd, 2, sd, conv_dt(d));
+    } else {
+        TRY(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
+    }
     x->src = src;
     x->src_md = smd;
     int64_t in = 1;
@@ -39,12 +62,13 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
                       n->name, (long long)in, a->in_features);
         goto fail;
     }
-    ddims[0] = smd.dims[0]; /* the rows: supports() takes 2-d inputs only */
+    ddims[0] = smd.dims[0];
     linear_wdims(d, i, &smd, wdims);
     cl_dnnl_md_any(&wmd, smd.ndims, wdims, conv_dt(d));
     cl_dnnl_md_plain(&wplain, smd.ndims, wdims);
     md_1d(&bmd, a->out_features);
-    cl_dnnl_md_plain(&dmd, 2, ddims); /* f32 logits at every amp level */
+    /* f32 logits at every amp level; tokens in the activation type */
+    cl_dnnl_md_plain_dt(&dmd, 2, ddims, tok ? act_dt(d) : dnnl_f32);
     DN(dnnl_inner_product_forward_desc_init(
            &ipd,
            d->mode == CL_PLAN_TRAIN ? dnnl_forward_training
@@ -59,7 +83,15 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     if (!md_eq(&x->w_md, &wplain))
         TRY(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w, &x->w_md,
                                 &x->w));
-    TRY(cl_dnnl_set_md(d, n->out, &dmd, -1));
+    if (tok) {
+        const cl_shape *ys = &gt(d, n->out)->shape;
+        dnnl_dims_t yd;
+        dims_of(ys, yd);
+        cl_dnnl_md_plain_dt(&full, ys->ndim, yd, act_dt(d));
+        TRY(cl_dnnl_set_md(d, n->out, &full, -1));
+    } else {
+        TRY(cl_dnnl_set_md(d, n->out, &dmd, -1));
+    }
     for (int k = 0; k < n_fwd_lists(d); k++) {
         TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "inner product forward", i,
                               pd, prim, &s));
@@ -85,8 +117,9 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dnnl_dims_t wdims;
-    dnnl_memory_desc_t wany, wf32, wplain, bmd, dyc_md;
-    int dy, dyc, tgt, acc;
+    dnnl_memory_desc_t wany, wf32, wplain, bmd, dyc_md, pm, dx2;
+    int dy, dyc, tgt, acc, dx;
+    const int tok = linear_tokens(d, i);
     /* As for convolutions: src as read by forward, dx in the input's type,
      * dy (f32 from the loss) cast to the compute type. */
     const dnnl_memory_desc_t *smd = &x->src_md;
@@ -95,8 +128,12 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
     float *w = cl_graph_param(g, n->param[0]);
     TRY(cl_dnnl_out_grad(d, i, &dy));
     TRY(cl_dnnl_grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
-    dmd = &dyc_md;
     dy = dyc;
+    if (tok) { /* the same plain memory as (rows, out) */
+        dnnl_dims_t dd = {linear_rows(d, i), a->out_features};
+        cl_dnnl_md_plain_dt(&dyc_md, 2, dd, conv_dt(d));
+    }
+    dmd = &dyc_md;
     linear_wdims(d, i, smd, wdims);
     cl_dnnl_md_any(&wany, smd->ndims, wdims, conv_dt(d));
     cl_dnnl_md_any(&wf32, smd->ndims, wdims, dnnl_f32);
@@ -112,16 +149,28 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
                            x->src, smd, dy, dmd, &wplain,
                            a->has_bias ? &bmd : NULL));
 
-    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
-    if (tgt < 0)
-        return CL_OK;
+    if (tok) {
+        TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
+        if (tgt < 0)
+            return CL_OK;
+        dnnl_dims_t xd = {linear_rows(d, i), a->in_features};
+        cl_dnnl_md_plain_dt(&dx2, 2, xd, pm.data_type);
+        dxmd = &dx2;
+    } else {
+        TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+        if (tgt < 0)
+            return CL_OK;
+        dx = tgt;
+    }
     DN(dnnl_inner_product_backward_data_desc_init(&ipd, dxmd, &wany, dmd), i,
        "inner product backward data descriptor");
     TRY(cl_dnnl_prim_make(d, i, "inner product backward data", &ipd, NULL,
                           d->nd[i].fwd_pd, &pd, &prim));
     TRY(cl_dnnl_bwd_data_step(d, i, "inner product backward data", pd, prim, dy,
-                              dmd, &wplain, w, tgt, dxmd));
-    if (acc)
+                              dmd, &wplain, w, dx, dxmd));
+    if (tok)
+        TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
+    else if (acc)
         TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
 fail:
     return st;

@@ -1,89 +1,15 @@
 /* The oneDNN backend's layer normalisation (over the last dimension) as
  * oneDNN's layer_normalization primitive, forward (training: saving the
  * mean and variance) and backward (with the gamma and beta gradients)
- * side by side, and the plain row-major copies that the row-wise ops
- * (layernorm, softmax) read and write.
+ * side by side.
  *
  * Activations other than a convolution's output are plain here already
  * (the reference fallback, the inner product and these ops write
  * row-major); a convolution's output may be blocked (nChw16c) or
- * channels-last, and is reordered to a plain copy first, since these ops
- * index rows of the last dimension. */
+ * channels-last, and is reordered to a plain copy first (tokens.c's
+ * cl_dnnl_plain_value), since these ops index rows of the last
+ * dimension. */
 #include "backend/onednn/internal.h"
-
-/* The plain md with md's dims and data type. */
-static dnnl_memory_desc_t plain_of(const dnnl_memory_desc_t *md)
-{
-    dnnl_memory_desc_t p;
-    cl_dnnl_md_plain(&p, md->ndims, md->dims);
-    return md_as(&p, md->data_type);
-}
-
-cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_memory_desc_t *md,
-                              int *store)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    CL_TRY(cl_dnnl_ensure_input_md(d, x));
-    const dn_tensor *t = &d->t[rep(d, x)];
-    *md = plain_of(&t->md);
-    *store = t->store;
-    if (md_eq(md, &t->md))
-        return CL_OK;
-    TRY(cl_dnnl_md_store(d, md, store));
-    TRY(cl_dnnl_reorder_make(d, i, "to plain", &t->md, md, &pd, &prim));
-    for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "to plain", i, pd, prim,
-                              &s));
-        cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, t->store, &t->md);
-        cl_dnnl_arg_store(d, s, DNNL_ARG_TO, *store, md);
-    }
-fail:
-    return st;
-}
-
-cl_status cl_dnnl_plain_grad_begin(dn_ctx *d, int i, int x,
-                                   dnnl_memory_desc_t *pmd, int *plain,
-                                   int *tgt, int *acc)
-{
-    *plain = -1;
-    CL_TRY(cl_dnnl_grad_target(d, i, x, tgt, acc));
-    if (*tgt < 0)
-        return CL_OK;
-    const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
-    *pmd = plain_of(md);
-    *plain = *tgt;
-    if (!md_eq(pmd, md))
-        CL_TRY(cl_dnnl_md_store(d, pmd, plain));
-    return CL_OK;
-}
-
-cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
-                                 const dnnl_memory_desc_t *pmd, int plain,
-                                 int tgt, int acc)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    if (tgt < 0)
-        return CL_OK;
-    if (plain != tgt) {
-        const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
-        TRY(cl_dnnl_reorder_make(d, i, "gradient from plain", pmd, md, &pd,
-                                 &prim));
-        TRY(cl_dnnl_step_prim(d, &d->bwd, i, "gradient from plain", tb(d, i),
-                              pd, prim, &s));
-        cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, plain, pmd);
-        cl_dnnl_arg_store(d, s, DNNL_ARG_TO, tgt, md);
-    }
-    if (acc)
-        TRY(cl_dnnl_accumulate(d, i, x, tgt));
-fail:
-    return st;
-}
 
 void cl_dnnl_norm_init(dn_node *x)
 {
@@ -113,7 +39,8 @@ cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i)
     const int train = d->mode == CL_PLAN_TRAIN;
     /* Data and its gradient in the input's type (bf16 under amp O2),
      * statistics, gamma and beta in f32. */
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], &smd, &x->src));
+    TRY(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &smd,
+                            &x->src));
     x->src_md = smd;
     stat_md(&smd, &tmd);
     md_1d(&cmd, a->features);
@@ -165,7 +92,7 @@ cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i)
     int dy, plain, tgt, acc;
     const dnnl_memory_desc_t *smd = &x->src_md;
     TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad_begin(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
+    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
     if (plain < 0) {
         /* The primitive writes dx whatever: a scratch store for it when the
          * input (the image batch) takes no gradient. */

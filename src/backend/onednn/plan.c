@@ -36,20 +36,22 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
     [CL_OP_GELU] = {NULL, NULL, cl_dnnl_gelu_fwd, cl_dnnl_gelu_bwd, NULL},
     [CL_OP_SOFTMAX] = {NULL, NULL, cl_dnnl_softmax_fwd, cl_dnnl_softmax_bwd,
                        NULL},
+    [CL_OP_MATMUL] = {NULL, NULL, cl_dnnl_matmul_fwd, cl_dnnl_matmul_bwd, NULL},
+    [CL_OP_ROW_GATHER] = {NULL, NULL, cl_dnnl_row_gather_fwd,
+                          cl_dnnl_row_gather_bwd, cl_dnnl_tokens_free},
+    [CL_OP_DROPPATH] = {NULL, NULL, cl_dnnl_droppath_fwd, cl_dnnl_droppath_bwd,
+                        NULL},
+    [CL_OP_TOKEN_MEANPOOL] = {NULL, NULL, cl_dnnl_token_meanpool_fwd,
+                              cl_dnnl_token_meanpool_bwd, NULL},
 };
 CL_OP_TABLE_CHECK(cl_dnnl_ops, 16);
 
 /* An op is supported when its table entry plans a forward; the others
- * run the reference kernels (fallback.c).  So does a linear node over an
- * input of rank above 2: the inner product would flatten all but the
- * first dimension, where linear applies over the last one. */
+ * run the reference kernels (fallback.c). */
 int cl_dnnl_supports(const cl_graph *g, const cl_node *n)
 {
-    if (n->op < 0 || n->op >= CL_OP_COUNT || !cl_dnnl_ops[n->op].fwd)
-        return 0;
-    if (n->op == CL_OP_LINEAR && g->tensors[n->in[0]].shape.ndim != 2)
-        return 0;
-    return 1;
+    (void)g;
+    return n->op >= 0 && n->op < CL_OP_COUNT && cl_dnnl_ops[n->op].fwd;
 }
 
 /* ---- backward planning ------------------------------------------------------

@@ -107,9 +107,10 @@ cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i)
     dn_step *s;
     dnnl_memory_desc_t xmd, bmd;
     int xs, bs = -1;
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], &xmd, &xs));
+    TRY(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &xmd, &xs));
     if (has_b)
-        TRY(cl_dnnl_plain_value(d, i, n->in[1], &bmd, &bs));
+        TRY(cl_dnnl_plain_value(d, i, n->in[1], dnnl_data_type_undef, &bmd,
+                                &bs));
     DN(dnnl_softmax_forward_desc_init(&sd,
                                       d->mode == CL_PLAN_TRAIN
                                           ? dnnl_forward_training
@@ -172,7 +173,7 @@ cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i)
     const int out = rep(d, n->out);
     const dnnl_memory_desc_t *ymd = &d->t[out].md;
     TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad_begin(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
+    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
     if (plain < 0 && !bias_grad)
         return CL_OK;
     if (plain < 0) {
@@ -194,8 +195,7 @@ cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i)
          * gradient is bf16. */
         dnnl_memory_desc_t zf = md_as(&pmd, dnnl_f32), bf;
         int dz = plain, db;
-        TRY(cl_dnnl_plain_grad_begin(d, i, n->in[1], &bpmd, &bplain, &btgt,
-                                     &bacc));
+        TRY(cl_dnnl_plain_grad(d, i, n->in[1], &bpmd, &bplain, &btgt, &bacc));
         bf = md_as(&bpmd, dnnl_f32);
         if (md_bf16(&pmd)) {
             TRY(cl_dnnl_md_store(d, &zf, &dz));

@@ -1,0 +1,379 @@
+/* The oneDNN backend's token ops, row_gather, droppath and token_meanpool,
+ * as loops of its own (no primitive does a gather by index), forward and
+ * backward planning side by side; and the plain views that the ops seeing
+ * an activation as rows share (matmul.c, linear.c).
+ *
+ * Each op reads its input plain in the input's own type (f32, or bf16
+ * under amp O2: a row move is a byte copy either way, arithmetic is done
+ * in f32) and writes a plain output of that type, so the nodes after it
+ * see the type and layout the reference would. */
+#include <string.h>
+
+#include "backend/onednn/internal.h"
+#include "core/mem.h"
+#include "ops/ops.h"
+
+/* ---- plain views ----------------------------------------------------------
+ */
+
+void cl_dnnl_md_plain_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
+                         dnnl_data_type_t dt)
+{
+    cl_dnnl_md_plain(md, nd, dims);
+    *md = md_as(md, dt);
+}
+
+/* A reorder of store from (md) into store to (want) in list l at time. */
+static cl_status reorder_step(dn_ctx *d, dn_list *l, int i, int time,
+                              const char *what, int from,
+                              const dnnl_memory_desc_t *md, int to,
+                              const dnnl_memory_desc_t *want)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    TRY(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
+    TRY(cl_dnnl_step_prim(d, l, i, what, time, pd, prim, &s));
+    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, from, md);
+    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, to, want);
+fail:
+    return st;
+}
+
+cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
+                              dnnl_memory_desc_t *md, int *store)
+{
+    CL_TRY(cl_dnnl_ensure_input_md(d, x));
+    const dn_tensor *t = &d->t[rep(d, x)];
+    if (dt == dnnl_data_type_undef)
+        dt = t->md.data_type;
+    dnnl_memory_desc_t own;
+    cl_dnnl_md_plain_dt(&own, t->md.ndims, t->md.dims, t->md.data_type);
+    if (md_eq(&t->md, &own))
+        return cl_dnnl_value_as(d, i, x, dt, md, store);
+    /* Blocked or channels-last: layout and type in one reorder. */
+    cl_dnnl_md_plain_dt(md, t->md.ndims, t->md.dims, dt);
+    CL_TRY(cl_dnnl_md_store(d, md, store));
+    for (int k = 0; k < n_fwd_lists(d); k++)
+        CL_TRY(reorder_step(d, fwd_list(d, k), i, i, "plain copy", t->store,
+                            &t->md, *store, md));
+    return CL_OK;
+}
+
+cl_status cl_dnnl_plain_grad(dn_ctx *d, int i, int x, dnnl_memory_desc_t *pm,
+                             int *dx, int *tgt, int *acc)
+{
+    CL_TRY(cl_dnnl_grad_target(d, i, x, tgt, acc));
+    *dx = *tgt;
+    if (*tgt < 0)
+        return CL_OK;
+    const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
+    cl_dnnl_md_plain_dt(pm, md->ndims, md->dims, md->data_type);
+    if (!md_eq(md, pm))
+        CL_TRY(cl_dnnl_md_store(d, pm, dx));
+    return CL_OK;
+}
+
+cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
+                                 const dnnl_memory_desc_t *pm, int dx, int tgt,
+                                 int acc)
+{
+    if (tgt < 0)
+        return CL_OK;
+    if (dx != tgt)
+        CL_TRY(reorder_step(d, &d->bwd, i, tb(d, i), "plain gradient back", dx,
+                            pm, tgt, &d->t[rep(d, x)].md));
+    if (acc)
+        CL_TRY(cl_dnnl_accumulate(d, i, x, tgt));
+    return CL_OK;
+}
+
+/* ---- elements of either type ---------------------------------------------
+ */
+
+static inline float get(const void *p, int64_t k, int bf)
+{
+    return bf ? cl_f32_from_bf16(((const uint16_t *)p)[k])
+              : ((const float *)p)[k];
+}
+
+static inline void put(void *p, int64_t k, float v, int bf)
+{
+    if (bf)
+        ((uint16_t *)p)[k] = cl_bf16_from_f32(v);
+    else
+        ((float *)p)[k] = v;
+}
+
+/* Positions of a token step's arguments. */
+enum { TK_IN = 0, TK_OUT = 1 };
+
+static void *arg(dn_ctx *d, const dn_step *s, int k)
+{
+    return cl_dnnl_arg_ptr(d, &s->args[k]);
+}
+
+static int arg_bf16(const dn_step *s, int k)
+{
+    return md_bf16(&s->args[k].md);
+}
+
+/* Forward of node i: its input plain in its own type (TK_IN) into a plain
+ * output of that type (TK_OUT), by fn; aux is 1 in a training forward. */
+static cl_status plan_fwd(dn_ctx *d, int i, dn_run_fn fn, const char *what)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    dnnl_memory_desc_t xm, ym;
+    dnnl_dims_t dims;
+    dn_step *s;
+    int xs;
+    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    const dnnl_data_type_t dt = d->t[rep(d, n->in[0])].md.data_type;
+    TRY(cl_dnnl_plain_value(d, i, n->in[0], dt, &xm, &xs));
+    const cl_shape *ys = &gt(d, n->out)->shape;
+    dims_of(ys, dims);
+    cl_dnnl_md_plain_dt(&ym, ys->ndim, dims, dt);
+    TRY(cl_dnnl_set_md(d, n->out, &ym, -1));
+    for (int l = 0; l < n_fwd_lists(d); l++) {
+        TRY(cl_dnnl_step_run(d, fwd_list(d, l), fn, i, what, i, &s));
+        s->aux = d->mode == CL_PLAN_TRAIN && l == 0;
+        cl_dnnl_arg_store(d, s, TK_IN, xs, &xm);
+        cl_dnnl_arg_store(d, s, TK_OUT, d->t[rep(d, n->out)].store, &ym);
+    }
+fail:
+    return st;
+}
+
+/* Backward of node i: dy (TK_OUT, plain in the output's type) into x's
+ * gradient (TK_IN, plain in x's type), by fn. */
+static cl_status plan_bwd(dn_ctx *d, int i, dn_run_fn fn, const char *what)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    dnnl_memory_desc_t pm;
+    dn_step *s;
+    int dy, dx, tgt, acc;
+    TRY(cl_dnnl_out_grad(d, i, &dy));
+    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
+    if (tgt < 0)
+        return CL_OK;
+    TRY(cl_dnnl_step_run(d, &d->bwd, fn, i, what, tb(d, i), &s));
+    cl_dnnl_arg_store(d, s, TK_IN, dx, &pm);
+    cl_dnnl_arg_store(d, s, TK_OUT, dy, &d->t[rep(d, n->out)].md);
+    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
+fail:
+    return st;
+}
+
+/* ---- row_gather -----------------------------------------------------------
+ */
+
+void cl_dnnl_tokens_free(dn_node *x)
+{
+    cl_free(x->u.tok.start);
+    cl_free(x->u.tok.list);
+    x->u.tok.start = x->u.tok.list = NULL;
+}
+
+/* The rows of a row_gather node: M of the output, R of the input. */
+static void gather_rows(const dn_ctx *d, const cl_node *n, int64_t *M,
+                        int64_t *R)
+{
+    *M = cl_graph_numel(d->g, n->buf[0]);
+    *R = cl_graph_numel(d->g, n->in[0]) / n->attr.row_gather.cols;
+}
+
+static cl_status row_gather_run(dn_ctx *d, const dn_step *s)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    const int64_t *ix = cl_graph_buffer_i64(d->g, n->buf[0]);
+    int64_t M, R;
+    gather_rows(d, n, &M, &R);
+    cl_status r = cl_row_gather_check(ix, M, R);
+    if (r != CL_OK)
+        return cl_error_wrap(r, "%s: ", n->name);
+    const size_t row = (size_t)n->attr.row_gather.cols *
+                       (arg_bf16(s, TK_IN) ? sizeof(uint16_t) : sizeof(float));
+    const char *x = arg(d, s, TK_IN);
+    char *y = arg(d, s, TK_OUT);
+#pragma omp parallel for schedule(static) if (M * (int64_t)row >= (1 << 17))
+    for (int64_t i = 0; i < M; i++)
+        memcpy(y + (size_t)i * row, x + (size_t)ix[i] * row, row);
+    return CL_OK;
+}
+
+/* dx row r = the sum of dy's rows at the positions reading r, in order of
+ * position (the reference's order): a counting sort of the index gives
+ * each row its positions, then the rows are independent. */
+static cl_status row_gather_bwd_run(dn_ctx *d, const dn_step *s)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    dn_tokens *t = &d->nd[s->node].u.tok;
+    const int64_t *ix = cl_graph_buffer_i64(d->g, n->buf[0]);
+    const int cols = n->attr.row_gather.cols;
+    const int bf = arg_bf16(s, TK_IN);
+    int64_t M, R;
+    gather_rows(d, n, &M, &R);
+    memset(t->start, 0, sizeof *t->start * (size_t)(R + 1));
+    for (int64_t i = 0; i < M; i++)
+        t->start[ix[i] + 1]++;
+    for (int64_t r = 0; r < R; r++)
+        t->start[r + 1] += t->start[r];
+    /* list[start[r] + k]: the k-th position reading r; start[] is moved
+     * past each filled slot and moved back after. */
+    for (int64_t i = 0; i < M; i++)
+        t->list[t->start[ix[i]]++] = i;
+    for (int64_t r = R; r > 0; r--)
+        t->start[r] = t->start[r - 1];
+    t->start[0] = 0;
+    const void *dy = arg(d, s, TK_OUT);
+    void *dx = arg(d, s, TK_IN);
+#pragma omp parallel for schedule(static) if (R * cols >= (1 << 15))
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t b = t->start[r], e = t->start[r + 1];
+        for (int c = 0; c < cols; c++) {
+            float acc = 0.0f;
+            for (int64_t k = b; k < e; k++)
+                acc += get(dy, t->list[k] * cols + c, bf);
+            put(dx, r * cols + c, acc, bf);
+        }
+    }
+    return CL_OK;
+}
+
+cl_status cl_dnnl_row_gather_fwd(dn_ctx *d, int i)
+{
+    return plan_fwd(d, i, row_gather_run, "row gather");
+}
+
+cl_status cl_dnnl_row_gather_bwd(dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    dn_tokens *t = &d->nd[i].u.tok;
+    int64_t M, R;
+    gather_rows(d, n, &M, &R);
+    if (!t->start) {
+        t->start =
+            cl_alloc(sizeof *t->start * (size_t)(R + 1), "onednn: row gather");
+        t->list = cl_alloc(sizeof *t->list * (size_t)M, "onednn: row gather");
+        if (!t->start || !t->list)
+            return CL_ERR_NOMEM;
+    }
+    return plan_bwd(d, i, row_gather_bwd_run, "row gather backward");
+}
+
+/* ---- droppath -------------------------------------------------------------
+ */
+
+/* y = x times each sample's factor from the node's stream, the one the
+ * reference draws (cl_ref_rng: seed, step, node); a copy in evaluation or
+ * at p 0. */
+static void droppath_apply(dn_ctx *d, const dn_step *s, void *y, const void *x,
+                           int draw)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    const float p = n->attr.droppath.p;
+    const int bf = arg_bf16(s, TK_IN);
+    const int N = (int)gt(d, n->in[0])->shape.d[0];
+    const int64_t per = cl_graph_numel(d->g, n->in[0]) / N;
+    if (!draw || p == 0.0f) {
+        memcpy(y, x, (size_t)(N * per) * (bf ? 2u : 4u));
+        return;
+    }
+    cl_rng r;
+    cl_rng_init_node(&r, d->be->rng_seed, d->be->rng_step, (uint64_t)s->node);
+#pragma omp parallel for schedule(static) if ((int64_t)N * per >= (1 << 15))
+    for (int k = 0; k < N; k++) {
+        const float f = cl_droppath_scale(&r, k, p);
+        const int64_t o = (int64_t)k * per;
+        if (bf)
+            for (int64_t e = 0; e < per; e++)
+                put(y, o + e, get(x, o + e, 1) * f, 1);
+        else
+            for (int64_t e = 0; e < per; e++)
+                ((float *)y)[o + e] = ((const float *)x)[o + e] * f;
+    }
+}
+
+static cl_status droppath_run(dn_ctx *d, const dn_step *s)
+{
+    droppath_apply(d, s, arg(d, s, TK_OUT), arg(d, s, TK_IN), s->aux);
+    return CL_OK;
+}
+
+/* Backward follows a training forward of the same step: the same mask. */
+static cl_status droppath_bwd_run(dn_ctx *d, const dn_step *s)
+{
+    droppath_apply(d, s, arg(d, s, TK_IN), arg(d, s, TK_OUT), 1);
+    return CL_OK;
+}
+
+cl_status cl_dnnl_droppath_fwd(dn_ctx *d, int i)
+{
+    return plan_fwd(d, i, droppath_run, "droppath");
+}
+
+cl_status cl_dnnl_droppath_bwd(dn_ctx *d, int i)
+{
+    return plan_bwd(d, i, droppath_bwd_run, "droppath backward");
+}
+
+/* ---- token_meanpool -------------------------------------------------------
+ */
+
+static void meanpool_sizes(const dn_ctx *d, const dn_step *s, int64_t *B,
+                           int64_t *L, int64_t *C)
+{
+    const cl_shape *xs = &gt(d, d->g->nodes[s->node].in[0])->shape;
+    *B = xs->d[0];
+    *L = xs->d[1];
+    *C = xs->d[2];
+}
+
+/* Sums in double in order of l, as the reference. */
+static cl_status meanpool_run(dn_ctx *d, const dn_step *s)
+{
+    int64_t B, L, C;
+    meanpool_sizes(d, s, &B, &L, &C);
+    const int bf = arg_bf16(s, TK_IN);
+    const void *x = arg(d, s, TK_IN);
+    void *y = arg(d, s, TK_OUT);
+#pragma omp parallel for schedule(static) if (B * L * C >= (1 << 15))
+    for (int64_t q = 0; q < B * C; q++) {
+        const int64_t b = q / C, c = q % C;
+        double sum = 0.0;
+        for (int64_t l = 0; l < L; l++)
+            sum += get(x, (b * L + l) * C + c, bf);
+        put(y, q, (float)(sum / (double)L), bf);
+    }
+    return CL_OK;
+}
+
+static cl_status meanpool_bwd_run(dn_ctx *d, const dn_step *s)
+{
+    int64_t B, L, C;
+    meanpool_sizes(d, s, &B, &L, &C);
+    const int bf = arg_bf16(s, TK_IN);
+    const void *dy = arg(d, s, TK_OUT);
+    void *dx = arg(d, s, TK_IN);
+    const float inv = 1.0f / (float)L;
+#pragma omp parallel for schedule(static) if (B * L * C >= (1 << 15))
+    for (int64_t q = 0; q < B * L; q++) {
+        const int64_t b = q / L;
+        for (int64_t c = 0; c < C; c++)
+            put(dx, q * C + c, get(dy, b * C + c, bf) * inv, bf);
+    }
+    return CL_OK;
+}
+
+cl_status cl_dnnl_token_meanpool_fwd(dn_ctx *d, int i)
+{
+    return plan_fwd(d, i, meanpool_run, "token mean");
+}
+
+cl_status cl_dnnl_token_meanpool_bwd(dn_ctx *d, int i)
+{
+    return plan_bwd(d, i, meanpool_bwd_run, "token mean backward");
+}
