@@ -956,4 +956,36 @@ CL_TEST(ema_trains_resumes_and_ships)
     }
     CHECK(strcmp(out[0], out[1]) == 0);
     CHECK(strcmp(out[0], out[2]) != 0);
+    /* Fine-tuning from it takes the average (load_ema false: the weights)
+     * and starts a new average there, counting its own updates: with the
+     * backbone frozen its weights and their new average stay the file's
+     * average. */
+    REQUIRE(read_tensor(last, "layer4.1.bn2.weight", w, 512) == 512);
+    REQUIRE(read_tensor(last, "ema.layer4.1.bn2.weight", a, 512) == 512);
+    CHECK(memcmp(w, a, 512 * sizeof(float)) != 0);
+    for (int raw = 0; raw < 2; raw++) {
+        char dir[32];
+        snprintf(dir, sizeof dir, "emaft%d", raw);
+        snprintf(args, sizeof args,
+                 "train " QUICK "--limit_train 64 --batch_size 16 "
+                 "--epoch_size 1 --freeze_backbone true --val_interval 0 "
+                 "--ema true --ema_decay 0.5 --pretrained %s --load_ema %s "
+                 "--ckpt_save_dir %s",
+                 last, raw ? "false" : "true", cl_test_path(dir));
+        REQUIRE(cl_test_classic(args) == 0);
+        CHECK((strstr(cl_test_out, "its EMA weights") != NULL) == !raw);
+        snprintf(p, sizeof p, "%s/resnet18-last.safetensors",
+                 cl_test_path(dir));
+        static float v[512];
+        const char *t = raw ? "layer4.1.bn2.weight" : "ema.layer4.1.bn2.weight";
+        REQUIRE(read_tensor(last, t, w, 512) == 512);
+        REQUIRE(read_tensor(p, "layer4.1.bn2.weight", a, 512) == 512);
+        REQUIRE(read_tensor(p, "ema.layer4.1.bn2.weight", v, 512) == 512);
+        CHECK(memcmp(w, a, sizeof v) == 0 && memcmp(w, v, sizeof v) == 0);
+        snprintf(p, sizeof p, "%s/resnet18-last.state.safetensors",
+                 cl_test_path(dir));
+        char n[32];
+        REQUIRE_OK(cl_ckpt_read_meta(p, "ema_updates", n, sizeof n));
+        CHECK(strcmp(n, "4") == 0); /* this run's 4 steps, nothing before */
+    }
 }
