@@ -12,7 +12,7 @@
 
 enum { GN = 2, GC = 3, GH = 4, GW = 5, GK = 4 };
 
-static void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
+static inline void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
 {
     cl_rng r;
     cl_rng_init(&r, seed, 3);
@@ -21,7 +21,7 @@ static void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
 }
 
 /* Random params in [-0.5, 0.5): no gradient is trivially zero. */
-static void fill_params(cl_graph *g, uint64_t seed)
+static inline void fill_params(cl_graph *g, uint64_t seed)
 {
     for (int t = 0; t < g->n_tensors; t++)
         if (g->tensors[t].kind == CL_GT_PARAM)
@@ -33,7 +33,7 @@ typedef cl_status (*gbuild_fn)(cl_graph *g);
 
 /* x (N,C,H,W) -> proj: linear over W (5 -> 6), (N,C,H,6) -> gap (N,C) ->
  * fc (C -> K) -> loss.  The projection's rows are N*C*H, not N. */
-static cl_status build_linear4d(cl_graph *g)
+static inline cl_status build_linear4d(cl_graph *g)
 {
     int x, p, q, y;
     cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
@@ -50,7 +50,7 @@ static cl_status build_linear4d(cl_graph *g)
  * (5 -> 6) -> s = q k^T (N,C,H,H) -> o = s v (N,C,H,6) -> gap (N,C) ->
  * fc -> loss.  Each matmul input takes its own gradient, so every weight's
  * gradient needs both of a matmul's. */
-static cl_status build_attention(cl_graph *g)
+static inline cl_status build_attention(cl_graph *g)
 {
     int x, q, k, v, s, o, p, y;
     cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
@@ -70,7 +70,7 @@ static cl_status build_attention(cl_graph *g)
 
 /* x (N,C,H,W) -> bn -> gap -> fc -> loss, with an I64 buffer "rel.index"
  * (3,2) that no node reads: the state a checkpoint carries beside BN's. */
-static cl_status build_bn_index(cl_graph *g)
+static inline cl_status build_bn_index(cl_graph *g)
 {
     int x, b, p, y, ix;
     cl_batchnorm2d_attr ba = cl_batchnorm2d_attr_make(GC);
@@ -94,7 +94,7 @@ static const int64_t BIAS_INDEX[6] = {0, 3, 3, 6, 1, 3};
  * (5 -> 6); bias = table_gather(table (7,6), index (6)) -> (6,6);
  * s = q bias (one matrix for every (n,c)) -> gap -> fc -> loss.  The
  * index is filled after finalize, as a model fills it. */
-static cl_status build_bias(cl_graph *g)
+static inline cl_status build_bias(cl_graph *g)
 {
     int x, q, ix, b, s, p, y;
     cl_linear_attr pa = {GW, 6, 1}, fa = {GC, GK, 1};
@@ -125,7 +125,7 @@ static cl_status build_bias(cl_graph *g)
  * the relative position bias over windows; the mask an f32 buffer
  * (N,1,H,H) of 0 and -100, broadcast over C (over heads in Swin).  plain:
  * softmax(s) alone (n_in 1, no buffer). */
-static cl_status build_attn_softmax_how(cl_graph *g, int plain)
+static inline cl_status build_attn_softmax_how(cl_graph *g, int plain)
 {
     int x, l, a, q, k, v, s, ix, b = -1, m = -1, p, o, pl, y;
     cl_layernorm_attr la = cl_layernorm_attr_make(GW);
@@ -169,12 +169,12 @@ static cl_status build_attn_softmax_how(cl_graph *g, int plain)
     return CL_OK;
 }
 
-static cl_status build_attn_softmax(cl_graph *g)
+static inline cl_status build_attn_softmax(cl_graph *g)
 {
     return build_attn_softmax_how(g, 0);
 }
 
-static cl_status build_plain_softmax(cl_graph *g)
+static inline cl_status build_plain_softmax(cl_graph *g)
 {
     return build_attn_softmax_how(g, 1);
 }
@@ -184,7 +184,7 @@ static cl_status build_plain_softmax(cl_graph *g)
 enum { WG = 4, WS = 2, WSHIFT = 1, WE = 6 };
 
 /* NCHW (N,C,WG,WG) -> NHWC (N,WG*WG,C), one float per row. */
-static void nhwc_index(int64_t *ix, int N, int C)
+static inline void nhwc_index(int64_t *ix, int N, int C)
 {
     for (int n = 0; n < N; n++)
         for (int h = 0; h < WG; h++)
@@ -205,7 +205,7 @@ static int64_t window_row(int n, int h, int w)
 
 /* fwd: cyclic shift + window partition, (N,WG*WG,E) -> (N*nW,WS*WS,E);
  * inv: window reverse + shift back, its inverse. */
-static void window_index(int64_t *fwd, int64_t *inv, int N)
+static inline void window_index(int64_t *fwd, int64_t *inv, int N)
 {
     for (int n = 0; n < N; n++)
         for (int h = 0; h < WG; h++)
@@ -221,7 +221,7 @@ static void window_index(int64_t *fwd, int64_t *inv, int N)
 /* A step at which the droppath node of a finalized graph (its first) keeps
  * some of the batch's samples and drops others under seed, so that a
  * check sees both; 0 when the graph has none. */
-static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
+static inline uint64_t mixed_step(const cl_graph *g, uint64_t seed)
 {
     int dn = -1;
     for (int i = 0; i < g->n_nodes && dn < 0; i++)
@@ -247,7 +247,7 @@ static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
  * window partition: row_gather (cols 6) (N*4,4,6) -> s = 0.5 w w^T ->
  * o = s w -> window reverse + shift back (N,16,6) -> droppath (p 0.25) ->
  * token mean (N,6) -> fc -> loss. */
-static cl_status build_window(cl_graph *g)
+static inline cl_status build_window(cl_graph *g)
 {
     int x, p, t, e, w, s, o, r, dp, m, y, inh, iw, iv;
     const int N = g->batch, nw = (WG / WS) * (WG / WS);

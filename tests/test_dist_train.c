@@ -339,6 +339,58 @@ CL_TEST(resume_two_ranks_equal_uninterrupted)
     CHECK(weights_diff(ck, a, worst, sizeof worst) > 1);
 }
 
+/* The weights' average under data parallelism: every rank updates its own
+ * copy from the same all-reduced weights, so the copies agree.  With
+ * SyncBN (the running statistics alike too) the two-rank run's sharded
+ * evaluation of the average, each rank scoring its half with its own
+ * copy, equals one process scoring rank 0's saved copy; and a resume on
+ * 2 ranks (rank 0's copy broadcast) ends where the uninterrupted run
+ * ends, average included (weights_diff reads every tensor, ema.*
+ * among them). */
+CL_TEST(ema_two_ranks_agree_and_resume)
+{
+    char args[2048], ck[700], a[700], b[700], worst[256] = "";
+    const char *common = QUICK "--backend ref --sync_bn true --limit_train 32 "
+                               "--batch_size 8 --epoch_size 2 --ema true "
+                               "--ema_decay 0.6 --val_interval 1 "
+                               "--limit_val 40 ";
+    snprintf(args, sizeof args,
+             "train %s--ckpt_save_epochs 1 --ckpt_save_dir %s", common,
+             cl_test_path("ema_full"));
+    REQUIRE(classic_ok(2, args));
+    CHECK(strstr(cl_test_out, "eval (EMA): top-1") != NULL);
+    double ema[4], loss[4];
+    int64_t st[4];
+    snprintf(a, sizeof a, "%s/metrics.jsonl", cl_test_path("ema_full"));
+    REQUIRE(cl_test_read_metric(a, "eval", "val_ema_top1", ema, st, 4) == 2);
+    REQUIRE(cl_test_read_metric(a, "eval", "val_ema_loss", loss, st, 4) == 2);
+    snprintf(a, sizeof a, "%s",
+             cl_test_path("ema_full/resnet18-last.safetensors"));
+    snprintf(args, sizeof args,
+             "eval --checkpoint %s --limit_val 40 --backend ref --batch 8", a);
+    REQUIRE(classic_ok(1, args));
+    CHECK(strstr(cl_test_out, "(its EMA weights)") != NULL);
+    const char *t = strstr(cl_test_out, "loss ");
+    REQUIRE(t != NULL);
+    fprintf(stderr, "  EMA eval loss: 2 ranks %.6f, rank 0's copy %.6f\n",
+            loss[1], atof(t + 5));
+    CHECK(fabs(atof(t + 5) - loss[1]) <= 1e-4 * fabs(loss[1]));
+    t = strstr(cl_test_out, "top-1 ");
+    REQUIRE(t != NULL);
+    CHECK(fabs(atof(t + 6) - 100 * ema[1]) < 0.006);
+    snprintf(ck, sizeof ck, "%s",
+             cl_test_path("ema_full/resnet18-e1.safetensors"));
+    snprintf(args, sizeof args, "train %s--resume %s --ckpt_save_dir %s",
+             common, ck, cl_test_path("ema_resumed"));
+    REQUIRE(classic_ok(2, args));
+    snprintf(b, sizeof b, "%s",
+             cl_test_path("ema_resumed/resnet18-last.safetensors"));
+    double w = weights_diff(a, b, worst, sizeof worst);
+    fprintf(stderr, "  EMA resume: at %.3g of the allclose tolerance (%s)\n", w,
+            worst);
+    CHECK(w >= 0 && w <= 1);
+}
+
 /* A run checkpointed on 2 ranks goes on in 1 process, the reverse, and 4
  * ranks on 2, keeping the global batch (2 x 4 = 1 x 8 = 4 x 2, SyncBN): step 2
  * takes the samples it takes in an uninterrupted run (the loader deals sample k

@@ -782,3 +782,210 @@ CL_TEST(hooks_hear_steps_and_epochs_and_can_stop)
     CHECK(t.steps == 5 && t.last_step == 8 && t.epochs == 2);
     CHECK(t.last_loss == h.last_loss);
 }
+
+/* Tensor `name` of a safetensors file as f32 (I64 converted) into buf of
+ * cap floats; its element count, or -1. */
+static long read_tensor(const char *path, const char *name, float *buf,
+                        size_t cap)
+{
+    cl_st_file *f = NULL;
+    if (cl_st_open(&f, path) != CL_OK)
+        return -1;
+    long i = cl_st_find(f, name), n = -1;
+    cl_st_dtype dt;
+    cl_shape sh;
+    if (i >= 0) {
+        cl_st_info(f, (size_t)i, &dt, &sh);
+        n = (long)cl_shape_numel(&sh);
+        if ((size_t)n > cap)
+            n = -1;
+        else if (dt == CL_ST_I64) {
+            int64_t v[8];
+            if (n > 8 || cl_st_read_i64(f, (size_t)i, v, (size_t)n) != CL_OK)
+                n = -1;
+            for (long k = 0; k < n; k++)
+                buf[k] = (float)v[k];
+        } else if (cl_st_read_f32(f, (size_t)i, buf, (size_t)n) != CL_OK)
+            n = -1;
+    }
+    cl_st_close(f);
+    return n;
+}
+
+/* How many tensors of a differ from b's (bits), -1 when the names differ. */
+static int tensors_differing(const char *a, const char *b)
+{
+    enum { CAP = 1 << 22 };
+    float *x = malloc(CAP * sizeof(float)), *y = malloc(CAP * sizeof(float));
+    cl_st_file *f = NULL;
+    int diff = 0;
+    if (!x || !y || cl_st_open(&f, a) != CL_OK) {
+        free(x);
+        free(y);
+        return -1;
+    }
+    for (size_t i = 0; i < cl_st_count(f) && diff >= 0; i++) {
+        const char *nm = cl_st_name(f, i);
+        long n = read_tensor(a, nm, x, CAP), m = read_tensor(b, nm, y, CAP);
+        if (n < 0 || m != n)
+            diff = -1;
+        else if (memcmp(x, y, (size_t)n * sizeof(float)) != 0)
+            diff++;
+    }
+    cl_st_close(f);
+    free(x);
+    free(y);
+    return diff;
+}
+
+/* The top-1 percentage `classic eval` printed. */
+static double eval_top1(void)
+{
+    const char *t = strstr(cl_test_out, "top-1 ");
+    return t ? atof(t + 6) : -1;
+}
+
+/* The EMA end to end: 2 epochs x 4 steps with the lr warm-up in the first
+ * (the average copies the weights there), updates every 2nd step with
+ * timm's warm-up.  The run resumed from step 3 continues bit-identically
+ * (losses, weights and average); the average is evaluated beside the
+ * weights, picks the best checkpoint, and is what eval, predict and
+ * convert take unless --load_ema false. */
+CL_TEST(ema_trains_resumes_and_ships)
+{
+    char args[2048], common[1024], p[700];
+    snprintf(common, sizeof common,
+             "train " QUICK "--limit_train 64 --limit_val 64 --batch_size 16 "
+             "--epoch_size 2 --lr 0.05 --warmup_epochs 1 --val_interval 1 "
+             "--ckpt_save_epochs 0 --per_print_times 1 --hflip 0.5 "
+             "--ckpt_save_interval 3 --keep_checkpoint_max 0 --ema true "
+             "--ema_decay 0.7 --ema_steps 2 --ema_warmup true");
+    snprintf(args, sizeof args, "%s --ckpt_save_dir %s", common,
+             cl_test_path("emafull"));
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "eval (EMA): top-1") != NULL);
+    CHECK(strstr(cl_test_out, "(best EMA top-1") != NULL);
+    snprintf(args, sizeof args, "%s --ckpt_save_dir %s --resume %s", common,
+             cl_test_path("emares"),
+             cl_test_path("emafull/resnet18-e1-s3.safetensors"));
+    REQUIRE(cl_test_classic(args) == 0);
+    double la[16], lb[16], top[4], ema[4], top_r[4], ema_r[4];
+    int64_t sa[16], sb[16], se[4];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", cl_test_path("emafull"));
+    REQUIRE(cl_test_read_losses(p, la, sa, 16) == 8);
+    REQUIRE(cl_test_read_metric(p, "eval", "val_top1", top, se, 4) == 2);
+    REQUIRE(cl_test_read_metric(p, "eval", "val_ema_top1", ema, se, 4) == 2);
+    snprintf(p, sizeof p, "%s/metrics.jsonl", cl_test_path("emares"));
+    REQUIRE(cl_test_read_losses(p, lb, sb, 16) == 5);
+    REQUIRE(cl_test_read_metric(p, "eval", "val_top1", top_r, se, 4) == 2);
+    REQUIRE(cl_test_read_metric(p, "eval", "val_ema_top1", ema_r, se, 4) == 2);
+    for (int i = 0; i < 5; i++)
+        CHECK(sb[i] == sa[i + 3] && lb[i] == la[i + 3]);
+    /* Both evaluations of the resumed run (the end of epoch 1 falls in
+     * it) as the uninterrupted run's. */
+    CHECK(top_r[0] == top[0] && ema_r[0] == ema[0]);
+    CHECK(top_r[1] == top[1] && ema_r[1] == ema[1]);
+    /* Every tensor of the last checkpoints, weights and average, bit for
+     * bit; and the average is not the weights. */
+    char last[700], last_r[700];
+    snprintf(last, sizeof last, "%s",
+             cl_test_path("emafull/resnet18-last.safetensors"));
+    snprintf(last_r, sizeof last_r, "%s",
+             cl_test_path("emares/resnet18-last.safetensors"));
+    CHECK(tensors_differing(last, last_r) == 0);
+    static float w[512 * 10], a[512 * 10];
+    REQUIRE(read_tensor(last, "fc.weight", w, 5120) == 5120);
+    REQUIRE(read_tensor(last, "ema.fc.weight", a, 5120) == 5120);
+    CHECK(memcmp(w, a, sizeof w) != 0);
+    REQUIRE(read_tensor(last, "layer1.0.bn1.running_mean", w, 64) == 64);
+    REQUIRE(read_tensor(last, "ema.layer1.0.bn1.running_mean", a, 64) == 64);
+    CHECK(memcmp(w, a, 64 * sizeof(float)) != 0);
+    REQUIRE(read_tensor(last, "bn1.num_batches_tracked", w, 1) == 1);
+    REQUIRE(read_tensor(last, "ema.bn1.num_batches_tracked", a, 1) == 1);
+    /* Copied, not averaged: 8 training forwards, the last update after
+     * the 7th (the epoch's steps 0 and 2 update it). */
+    CHECK(w[0] == 8 && a[0] == 7);
+    /* The best checkpoint follows the average's top-1 (the first best). */
+    char ep[32];
+    REQUIRE_OK(
+        cl_ckpt_read_meta(cl_test_path("emafull/resnet18-best.safetensors"),
+                          "epoch", ep, sizeof ep));
+    CHECK(atoi(ep) == (ema[1] > ema[0] ? 2 : 1));
+    /* eval scores the average by default, the weights on request. */
+    snprintf(args, sizeof args, "eval --checkpoint %s --limit_val 64", last);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "(its EMA weights)") != NULL);
+    CHECK_NEAR(eval_top1(), 100 * ema[1], 0.006);
+    snprintf(args, sizeof args,
+             "eval --checkpoint %s --limit_val 64 --load_ema false", last);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "(its EMA weights)") == NULL);
+    CHECK_NEAR(eval_top1(), 100 * top[1], 0.006);
+    /* convert writes the average as a plain model: predict on it agrees
+     * with predict on the checkpoint, and not with its raw weights. */
+    const char *conv = cl_test_path("ema_as_model.safetensors");
+    snprintf(args, sizeof args, "convert %s %s", last, conv);
+    REQUIRE(cl_test_classic(args) == 0);
+    CHECK(read_tensor(conv, "ema.fc.weight", w, 5120) < 0);
+    REQUIRE(read_tensor(conv, "fc.weight", w, 5120) == 5120);
+    REQUIRE(read_tensor(last, "ema.fc.weight", a, 5120) == 5120);
+    CHECK(memcmp(w, a, sizeof w) == 0);
+    cl_dataset_spec spec = cl_dataset_spec_default();
+    cl_dataset *ds = NULL;
+    spec.format = "fashion_mnist";
+    spec.usage = CL_USAGE_TEST;
+    REQUIRE_OK(cl_dataset_open(&ds, &spec));
+    cl_image img;
+    int32_t label;
+    memset(&img, 0, sizeof img);
+    REQUIRE_OK(cl_dataset_get(ds, 3, 0, &img, &label));
+    CHECK_OK(cl_image_save_png(cl_test_path("ema.png"), &img));
+    cl_image_free(&img);
+    cl_dataset_close(ds);
+    static char out[3][4096];
+    const char *which[3] = {last, conv, last};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "predict --checkpoint %s --json %s%s",
+                 which[k], cl_test_path("ema.png"),
+                 k == 2 ? " --load_ema false" : "");
+        REQUIRE(cl_test_classic(args) == 0);
+        size_t n = strlen(cl_test_out);
+        n = n < sizeof out[k] - 1 ? n : sizeof out[k] - 1;
+        memcpy(out[k], cl_test_out, n);
+        out[k][n] = '\0';
+    }
+    CHECK(strcmp(out[0], out[1]) == 0);
+    CHECK(strcmp(out[0], out[2]) != 0);
+    /* Fine-tuning from it takes the average (load_ema false: the weights)
+     * and starts a new average there, counting its own updates: with the
+     * backbone frozen its weights and their new average stay the file's
+     * average. */
+    REQUIRE(read_tensor(last, "layer4.1.bn2.weight", w, 512) == 512);
+    REQUIRE(read_tensor(last, "ema.layer4.1.bn2.weight", a, 512) == 512);
+    CHECK(memcmp(w, a, 512 * sizeof(float)) != 0);
+    for (int raw = 0; raw < 2; raw++) {
+        char dir[32];
+        snprintf(dir, sizeof dir, "emaft%d", raw);
+        snprintf(args, sizeof args,
+                 "train " QUICK "--limit_train 64 --batch_size 16 "
+                 "--epoch_size 1 --freeze_backbone true --val_interval 0 "
+                 "--ema true --ema_decay 0.5 --pretrained %s --load_ema %s "
+                 "--ckpt_save_dir %s",
+                 last, raw ? "false" : "true", cl_test_path(dir));
+        REQUIRE(cl_test_classic(args) == 0);
+        CHECK((strstr(cl_test_out, "its EMA weights") != NULL) == !raw);
+        snprintf(p, sizeof p, "%s/resnet18-last.safetensors",
+                 cl_test_path(dir));
+        static float v[512];
+        const char *t = raw ? "layer4.1.bn2.weight" : "ema.layer4.1.bn2.weight";
+        REQUIRE(read_tensor(last, t, w, 512) == 512);
+        REQUIRE(read_tensor(p, "layer4.1.bn2.weight", a, 512) == 512);
+        REQUIRE(read_tensor(p, "ema.layer4.1.bn2.weight", v, 512) == 512);
+        CHECK(memcmp(w, a, sizeof v) == 0 && memcmp(w, v, sizeof v) == 0);
+        snprintf(p, sizeof p, "%s/resnet18-last.state.safetensors",
+                 cl_test_path(dir));
+        char n[32];
+        REQUIRE_OK(cl_ckpt_read_meta(p, "ema_updates", n, sizeof n));
+        CHECK(strcmp(n, "4") == 0); /* this run's 4 steps, nothing before */
+    }
+}

@@ -12,6 +12,8 @@ result strictly before writing.  The CIFAR stems (`stem: cifar` or
 `cifar_pool`) and other input channels load into that model after the
 usual surgery: conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
 (7, 2, 3 for the ImageNet stem), and for `cifar` maxpool = nn.Identity().
+A checkpoint of a run with `ema: true` is written as its EMA weights (the
+model classic ships); --raw writes the raw weights.
 """
 import argparse
 import json
@@ -66,8 +68,20 @@ def main():
     p.add_argument("out", help="output .pth")
     p.add_argument("--check", action="store_true",
                    help="load into torchvision's model with strict=True")
+    p.add_argument("--raw", action="store_true",
+                   help="a checkpoint of a run with ema: write its raw "
+                        "weights instead of their EMA")
     a = p.parse_args()
     tensors, meta = read_safetensors(a.inp)
+    # A run with `ema: true` keeps the moving average of the weights beside
+    # them as "ema."-prefixed tensors; the average is the model it ships
+    # (as classic eval, predict and export take it), --raw the weights.
+    has_ema = any(n.startswith("ema.") for n, _ in tensors)
+    if has_ema:
+        keep = [(n, t) for n, t in tensors if n.startswith("ema.") != a.raw]
+        tensors = [(n[4:] if n.startswith("ema.") else n, t) for n, t in keep]
+        print("%s: writing its %s" % (a.inp, "raw weights" if a.raw
+                                      else "EMA weights"), file=sys.stderr)
     sd = {}
     for name, t in tensors:
         # PyTorch keeps num_batches_tracked as an int64 scalar.

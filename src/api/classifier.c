@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/internal.h"
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
@@ -64,6 +65,13 @@ static cl_status finish(cl_classifier *c, const char *backend,
 cl_status cl_classifier_load(cl_classifier **out, const char *path,
                              const char *arch, const char *backend)
 {
+    return cl__classifier_load_weights(out, path, arch, backend, 0);
+}
+
+cl_status cl__classifier_load_weights(cl_classifier **out, const char *path,
+                                      const char *arch, const char *backend,
+                                      int raw)
+{
     if (!out)
         return cl_error(CL_ERR_ARG, "cl_classifier_load: out is NULL");
     *out = NULL;
@@ -73,7 +81,8 @@ cl_status cl_classifier_load(cl_classifier **out, const char *path,
     if (!c)
         return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
     const char *be = backend_of(backend);
-    cl_status s = cl_model_open_as(&c->m, path, arch, 1, be, CL_PLAN_INFER, 0);
+    cl_status s =
+        cl_model_open_weights(&c->m, path, arch, 1, be, CL_PLAN_INFER, 0, raw);
     if (s != CL_OK) {
         free(c);
         return s;

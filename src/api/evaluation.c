@@ -75,11 +75,17 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
                         "process: run it without distributed (or outside "
                         "mpirun)",
                         fn);
+    /* load_ema picks the weights before the checkpoint's recipe is read:
+     * the overrides' value of it, not the stored run's. */
+    cl_config pick;
+    cl_config_defaults(&pick);
+    for (int i = 0; i < o->n_overrides; i++)
+        CL_TRY(cl_config_set_pair(&pick, o->overrides[i], fn));
     if (o->distributed)
         CL_TRY(cl_dist_init(&e->d, NULL, NULL));
-    CL_TRY(cl_model_open_as(&e->m, path, o->arch, batch,
-                            o->backend ? o->backend : "onednn", CL_PLAN_INFER,
-                            0));
+    CL_TRY(cl_model_open_weights(&e->m, path, o->arch, batch,
+                                 o->backend ? o->backend : "onednn",
+                                 CL_PLAN_INFER, 0, !pick.load_ema));
     for (int i = 0; i < o->n_overrides; i++)
         CL_TRY(cl_config_set_pair(&e->m.cfg, o->overrides[i], fn));
     if (o->split)
@@ -175,9 +181,9 @@ cl_status cl_evaluation_print(const cl_evaluation *e, FILE *f)
     if (!e || !f)
         return cl_error(CL_ERR_ARG, "cl_evaluation_print: evaluation or file "
                                     "is NULL");
-    fprintf(f, "%s on %s split '%s' (%lld samples%s)\n", e->path,
-            cl_dataset_format(e->md.ds), e->m.cfg.val_split,
-            (long long)cl_metrics_count(&e->met),
+    fprintf(f, "%s%s on %s split '%s' (%lld samples%s)\n", e->path,
+            e->m.ema ? " (its EMA weights)" : "", cl_dataset_format(e->md.ds),
+            e->m.cfg.val_split, (long long)cl_metrics_count(&e->met),
             e->hflip ? ", averaged with their mirrors" : "");
     return cl_metrics_print(&e->met, f, (const char *const *)e->m.class_names);
 }

@@ -112,3 +112,22 @@ const char *cl_cli_option(int argc, char **argv, const char *name)
             return argv[i + 1];
     return NULL;
 }
+
+int cl_cli_raw_weights(int argc, char **argv, const char *what, int *raw)
+{
+    const char *v = cl_cli_option(argc, argv, "--load_ema");
+    cl_config c;
+    cl_config_defaults(&c);
+    *raw = 0;
+    if (!v)
+        return 0;
+    /* The recipe key's parser, so that the spellings and the message are
+     * the config's. */
+    cl_status s = cl_config_set(&c, "load_ema", v);
+    if (s != CL_OK) {
+        cl_cli_fail(what, s);
+        return 2;
+    }
+    *raw = !c.load_ema;
+    return 0;
+}

@@ -35,6 +35,10 @@ cl_status cl_cli_pairs_collect(int argc, char **argv, const char *const *own,
 void cl_cli_pairs_free(cl_cli_pairs *p);
 /* The value after option `name`, or NULL. */
 const char *cl_cli_option(int argc, char **argv, const char *name);
+/* `--load_ema false` among the arguments: *raw = 1 (read a checkpoint's raw
+ * weights, not its EMA); 0 otherwise.  Returns 2 after a message naming
+ * the key when the value is no boolean, else 0. */
+int cl_cli_raw_weights(int argc, char **argv, const char *what, int *raw);
 
 int cl_cmd_check(int argc, char **argv);
 int cl_cmd_data(int argc, char **argv);

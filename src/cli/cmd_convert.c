@@ -29,11 +29,14 @@ static void usage(void)
            "--pretrained\nread.  MindSpore optimizer entries (moments.*, "
            "learning_rate, ...) are\nignored and listed.  num_classes "
            "defaults to the classifier's rows; a\n1000-class head gets "
-           "ImageNet's class names.\n");
+           "ImageNet's class names.  A classic checkpoint holding an EMA "
+           "of its\nweights is written as its EMA (--load_ema false: its raw "
+           "weights).\n");
 }
 
-static const char *const own[] = {"--arch", "--num_classes", "--image_size",
-                                  "--class_names", NULL};
+static const char *const own[] = {"--arch",       "--num_classes",
+                                  "--image_size", "--class_names",
+                                  "--load_ema",   NULL};
 
 /* Rows of the classifier and input channels of conv1, from the file. */
 static cl_status peek(const char *path, int *k, int *in_c)
@@ -113,13 +116,15 @@ static int names_json(const char *names, int k, cl_strbuf *cn)
 /* A .pth or a safetensors file opened as predict opens it (arch inferred
  * or checked), written back with classic's metadata. */
 static int convert_weights(const char *in, const char *out, const char *arch,
-                           const char *ks, const char *ss, const char *names)
+                           const char *ks, const char *ss, const char *names,
+                           int raw)
 {
     cl_model m;
     int side = 224, ret = 1;
     if (ss && parse_int(ss, "--image_size", 32, 4096, &side))
         return 2;
-    cl_status s = cl_model_open_as(&m, in, arch, 1, NULL, CL_PLAN_INFER, 1);
+    cl_status s =
+        cl_model_open_weights(&m, in, arch, 1, NULL, CL_PLAN_INFER, 1, raw);
     if (s != CL_OK)
         return cl_cli_fail("convert", s);
     int k = m.num_classes;
@@ -236,8 +241,11 @@ int cl_cmd_convert(int argc, char **argv)
                         "required\n");
         return 2;
     }
+    int raw = 0;
+    if (cl_cli_raw_weights(argc, argv, "convert", &raw))
+        return 2;
     if (!is_mindspore(pos[0]))
-        return convert_weights(pos[0], pos[1], arch, ks, ss, names);
+        return convert_weights(pos[0], pos[1], arch, ks, ss, names, raw);
     if (!arch) {
         fprintf(stderr, "classic: convert: a MindSpore checkpoint needs "
                         "--arch\n");

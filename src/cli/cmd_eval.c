@@ -23,7 +23,8 @@ static void usage(void)
            "summed: every sample\nis counted exactly once.  FILE may be a "
            "PyTorch .pth or a plain safetensors\nfile (arch inferred or "
            "checked against --arch; give the data with --dataset\nand "
-           "--data_dir).\n");
+           "--data_dir).\nA checkpoint of a run with ema: true is scored with "
+           "its EMA weights;\n--load_ema false scores its raw weights.\n");
 }
 
 static const char *const own[] = {"--checkpoint", "--batch", "--split", "--csv",

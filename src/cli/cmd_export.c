@@ -14,7 +14,8 @@ static void usage(void)
 {
     printf(
         "usage: classic export --checkpoint FILE --onnx OUT.onnx "
-        "[--batch N] [--arch resnetNN]\n\n"
+        "[--batch N] [--arch resnetNN]\n"
+        "                      [--load_ema false]\n\n"
         "Writes the checkpoint's inference graph as ONNX (opset 17): "
         "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
         "BatchNorm folded into the convs.\nWithout --batch the batch "
@@ -22,7 +23,8 @@ static void usage(void)
         "preprocessing: image_size, resize, mean, std, class_names.\nFILE may "
         "also be a PyTorch .pth or a plain safetensors file with\n"
         "torchvision's names (arch inferred, or checked against "
-        "--arch).\n");
+        "--arch).\nA checkpoint holding an EMA of its weights exports the "
+        "EMA; --load_ema false\nexports its raw weights.\n");
 }
 
 int cl_cmd_export(int argc, char **argv)
@@ -38,7 +40,8 @@ int cl_cmd_export(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--checkpoint") == 0 ||
             strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0 ||
-            strcmp(argv[i], "--arch") == 0)
+            strcmp(argv[i], "--arch") == 0 ||
+            strcmp(argv[i], "--load_ema") == 0)
             i++;
         else {
             fprintf(stderr, "classic: export: unexpected argument %s\n",
@@ -61,9 +64,12 @@ int cl_cmd_export(int argc, char **argv)
         }
         batch = (int)b;
     }
+    int raw = 0;
+    if (cl_cli_raw_weights(argc, argv, "export", &raw))
+        return 2;
     cl_model m;
-    cl_status s = cl_model_open_as(&m, ckpt, arch, batch > 0 ? batch : 1, "ref",
-                                   CL_PLAN_INFER, 1);
+    cl_status s = cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 1,
+                                        "ref", CL_PLAN_INFER, 1, raw);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
     /* A classic checkpoint's metadata strings are read in place from the

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/internal.h"
 #include "classic/classic.h"
 #include "cli/cli.h"
 #include "io/strbuf.h"
@@ -12,18 +13,21 @@ static void usage(void)
 {
     printf("usage: classic predict --checkpoint FILE [--top K] [--json] "
            "[--backend onednn|ref]\n"
-           "                       [--arch resnetNN] IMAGE...\n\n"
+           "                       [--arch resnetNN] [--load_ema false] "
+           "IMAGE...\n\n"
            "Prints the top-K classes (default 5) with their probabilities "
            "for each\nJPEG or PNG image, preprocessed as the checkpoint's "
            "eval pipeline.\nFILE is a classic checkpoint, a PyTorch .pth or a "
            "safetensors file with\ntorchvision's names: their arch is "
            "inferred (or checked against --arch),\na 1000-class head gets "
            "ImageNet's names and eval pipeline (resize 256,\ncentre crop "
-           "224, ImageNet mean/std).\n");
+           "224, ImageNet mean/std).\nA checkpoint holding an EMA of its "
+           "weights (ema: true) predicts with\nthe EMA; --load_ema false "
+           "takes its raw weights.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--top", "--backend",
-                                  "--arch", NULL};
+static const char *const own[] = {"--checkpoint", "--top",      "--backend",
+                                  "--arch",       "--load_ema", NULL};
 
 static int is_own(const char *a)
 {
@@ -101,8 +105,11 @@ int cl_cmd_predict(int argc, char **argv)
         fprintf(stderr, "classic: predict: --top must be >= 1\n");
         return 2;
     }
+    int raw = 0;
+    if (cl_cli_raw_weights(argc, argv, "predict", &raw))
+        return 2;
     cl_classifier *c = NULL;
-    cl_status s = cl_classifier_load(&c, ckpt, arch, backend);
+    cl_status s = cl__classifier_load_weights(&c, ckpt, arch, backend, raw);
     if (s != CL_OK)
         return cl_cli_fail("predict", s);
     int K = cl_classifier_num_classes(c);

@@ -97,9 +97,9 @@ int cl_cmd_train(int argc, char **argv)
                100 * res.data_wait_share);
         if (!isnan(res.val_top1))
             printf("validation: top-1 %.2f%%  top-5 %.2f%%  loss %.4f "
-                   "(best top-1 %.2f%%)\n",
+                   "(best %stop-1 %.2f%%)\n",
                    100 * res.val_top1, 100 * res.val_top5, res.val_loss,
-                   100 * res.best_top1);
+                   cfg.ema ? "EMA " : "", 100 * res.best_top1);
         printf("checkpoint: %s\n", res.last_checkpoint);
         if (res.best_checkpoint[0])
             printf("best:       %s\n", res.best_checkpoint);

@@ -387,6 +387,9 @@ cl_status cl_graph_table_gather(cl_graph *g, const char *name,
     int64_t td[2] = {attr->rows, attr->cols};
     CL_TRY(add_tensor(g, &t, CL_GT_PARAM, cl_shape_make(2, td), CL_F32, -1,
                       "%s", table));
+    /* Swin's relative_position_bias_table: its own weight-decay group
+     * (torchvision's transformer_embedding_decay, timm's no_weight_decay). */
+    g->tensors[t].param_flags = CL_PARAM_EMBED;
     g->nodes[ni].param[g->nodes[ni].n_param++] = t;
     *out = g->nodes[ni].out;
     return CL_OK;

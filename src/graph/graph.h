@@ -34,8 +34,9 @@ typedef enum cl_gtensor_kind {
 enum {
     CL_PARAM_WEIGHT = 1, /* conv / linear weights */
     CL_PARAM_BIAS = 2,
-    CL_PARAM_BN = 4,  /* BN and LayerNorm gamma/beta */
-    CL_PARAM_HEAD = 8 /* the classifier head (fc) */
+    CL_PARAM_BN = 4,    /* BN and LayerNorm gamma and beta */
+    CL_PARAM_HEAD = 8,  /* the classifier head (fc) */
+    CL_PARAM_EMBED = 16 /* a transformer embedding table (table_gather's) */
 };
 
 typedef struct cl_gtensor {

@@ -661,8 +661,14 @@ static cl_status named_read_i64(const void *ctx, size_t i, int64_t *dst,
 cl_ckpt_source cl_ms_named_source(const cl_ms_named *m, const char *path)
 {
     /* MindSpore's BN keeps no count of batches: the counters stay. */
-    return (cl_ckpt_source){
-        path,       m,           named_count,    named_name,
-        named_find, named_shape, named_read_f32, named_read_i64,
-        1};
+    return (cl_ckpt_source){path,
+                            m,
+                            named_count,
+                            named_name,
+                            named_find,
+                            named_shape,
+                            named_read_f32,
+                            named_read_i64,
+                            1,
+                            CL_CKPT_PICK_EMA};
 }

@@ -69,9 +69,9 @@ cl_status cl_weights_open(cl_weights *w, const char *path)
     CL_TRY(cl_weights_sniff(path, &fmt));
     if (fmt == CL_WF_PTH) {
         CL_TRY(cl_pth_open(&w->pth, path));
-        w->src = (cl_ckpt_source){path,         w->pth,       pth_count,
-                                  pth_name,     pth_find,     pth_shape,
-                                  pth_read_f32, pth_read_i64, 1};
+        w->src = (cl_ckpt_source){
+            path,      w->pth,       pth_count,    pth_name, pth_find,
+            pth_shape, pth_read_f32, pth_read_i64, 1,        CL_CKPT_PICK_EMA};
         w->kind = "PyTorch .pth";
         return CL_OK;
     }

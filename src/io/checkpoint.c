@@ -25,14 +25,49 @@ static int is_i64(const cl_gtensor *t)
     return t->kind == CL_GT_BUFFER && t->dtype == CL_I64;
 }
 
-static const float *tensor_data(const cl_graph *g, int i)
+/* Queues g's parameters and buffers, taken from the arenas params and
+ * buffers (g's own, or an EMA of g's layout), under prefix + name; the
+ * counters are converted into counters[0..n_counters). */
+static cl_status add_tensors(cl_st_writer *w, const cl_graph *g,
+                             const char *prefix, const float *params,
+                             const float *buffers, int64_t *counters)
 {
-    return g->tensors[i].kind == CL_GT_PARAM ? cl_graph_param(g, i)
-                                             : cl_graph_buffer(g, i);
+    char name[sizeof g->tensors[0].name + 8];
+    int k = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const cl_gtensor *t = &g->tensors[i];
+        if (!is_state(t))
+            continue;
+        const float *data =
+            (t->kind == CL_GT_PARAM ? params : buffers) + t->offset;
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        cl_status s;
+        if (is_counter(t)) {
+            counters[k] = (int64_t)data[0];
+            s = cl_st_writer_add(w, name, CL_ST_I64, cl_shape_make(0, NULL),
+                                 &counters[k]);
+            k++;
+        } else if (is_i64(t)) {
+            s = cl_st_writer_add(w, name, CL_ST_I64, t->shape, data);
+        } else {
+            s = cl_st_writer_add(w, name, CL_ST_F32, t->shape, data);
+        }
+        if (s != CL_OK)
+            return s;
+    }
+    return CL_OK;
 }
 
 cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
                              const cl_ckpt_kv *meta, int n_meta)
+{
+    return cl_ckpt_save_model_ema(path, g, NULL, NULL, meta, n_meta);
+}
+
+cl_status cl_ckpt_save_model_ema(const char *path, const cl_graph *g,
+                                 const float *ema_params,
+                                 const float *ema_buffers,
+                                 const cl_ckpt_kv *meta, int n_meta)
 {
     cl_st_writer *w = NULL;
     int64_t *counters = NULL;
@@ -40,32 +75,18 @@ cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
     int n_counters = 0;
     for (int i = 0; i < g->n_tensors; i++)
         n_counters += is_counter(&g->tensors[i]);
-    counters = cl_alloc((size_t)(n_counters + 1) * sizeof *counters,
+    /* Room for the weights' counters and the average's. */
+    counters = cl_alloc((size_t)(2 * n_counters + 1) * sizeof *counters,
                         "checkpoint counters");
     if (!counters)
         return CL_ERR_NOMEM;
-    if ((s = cl_st_writer_new(&w)) != CL_OK)
+    if ((s = cl_st_writer_new(&w)) != CL_OK ||
+        (s = add_tensors(w, g, "", g->params, g->buffers, counters)) != CL_OK)
         goto fail;
-    int k = 0;
-    for (int i = 0; i < g->n_tensors; i++) {
-        const cl_gtensor *t = &g->tensors[i];
-        if (!is_state(t))
-            continue;
-        if (is_counter(t)) {
-            counters[k] = (int64_t)tensor_data(g, i)[0];
-            s = cl_st_writer_add(w, t->name, CL_ST_I64, cl_shape_make(0, NULL),
-                                 &counters[k]);
-            k++;
-        } else if (is_i64(t)) {
-            s = cl_st_writer_add(w, t->name, CL_ST_I64, t->shape,
-                                 cl_graph_buffer_i64(g, i));
-        } else {
-            s = cl_st_writer_add(w, t->name, CL_ST_F32, t->shape,
-                                 tensor_data(g, i));
-        }
-        if (s != CL_OK)
-            goto fail;
-    }
+    if (ema_params &&
+        (s = add_tensors(w, g, CL_CKPT_EMA_PREFIX, ema_params, ema_buffers,
+                         counters + n_counters)) != CL_OK)
+        goto fail;
     for (int i = 0; i < n_meta; i++)
         if ((s = cl_st_writer_meta(w, meta[i].key, meta[i].value)) != CL_OK)
             goto fail;
@@ -128,20 +149,42 @@ static cl_status st_read_i64(const void *ctx, size_t i, int64_t *dst, size_t n)
 
 cl_ckpt_source cl_ckpt_source_st(const cl_st_file *f, const char *path)
 {
-    cl_ckpt_source src = {path,     f,           st_count,    st_name, st_find,
-                          st_shape, st_read_f32, st_read_i64, 0};
+    cl_ckpt_source src = {
+        path,     f,           st_count,    st_name, st_find,
+        st_shape, st_read_f32, st_read_i64, 0,       CL_CKPT_PICK_EMA};
     return src;
 }
 
 cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
                              cl_ckpt_load_report *rep)
 {
+    return cl_ckpt_load_model_pick(path, g, mode, CL_CKPT_PICK_EMA, rep);
+}
+
+cl_status cl_ckpt_load_model_pick(const char *path, cl_graph *g,
+                                  cl_ckpt_mode mode, cl_ckpt_pick pick,
+                                  cl_ckpt_load_report *rep)
+{
     cl_st_file *f = NULL;
     CL_TRY(cl_st_open(&f, path));
     cl_ckpt_source src = cl_ckpt_source_st(f, path);
+    src.pick = pick;
     cl_status s = cl_ckpt_load_source(&src, g, mode, rep);
     cl_st_close(f);
     return s;
+}
+
+static int ema_name(const char *name)
+{
+    return strncmp(name, CL_CKPT_EMA_PREFIX, strlen(CL_CKPT_EMA_PREFIX)) == 0;
+}
+
+int cl_ckpt_source_has_ema(const cl_ckpt_source *src)
+{
+    for (size_t i = 0; i < src->count(src->ctx); i++)
+        if (ema_name(src->name(src->ctx, i)))
+            return 1;
+    return 0;
 }
 
 cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
@@ -156,11 +199,22 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
     cl_status s = CL_OK;
     cl_ckpt_load_report r;
     memset(&r, 0, sizeof r);
+    /* The weights or their average: the same names, prefixed or not. */
+    const int has_ema = cl_ckpt_source_has_ema(src);
+    if (src->pick == CL_CKPT_PICK_EMA_ONLY && !has_ema)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: holds no EMA of its weights (no '%s' tensors)",
+                        path, CL_CKPT_EMA_PREFIX);
+    r.ema = has_ema && src->pick != CL_CKPT_PICK_RAW;
+    const char *prefix = r.ema ? CL_CKPT_EMA_PREFIX : "";
+    char fname[sizeof g->tensors[0].name + 8];
     /* Every name in the file must be known to the model. */
     for (size_t i = 0; i < src->count(f); i++) {
-        int t = cl_graph_find(g, src->name(f, i));
+        const char *nm = src->name(f, i);
+        int t = cl_graph_find(
+            g, has_ema && ema_name(nm) ? nm + strlen(CL_CKPT_EMA_PREFIX) : nm);
         if (t < 0 || !is_state(&g->tensors[t]))
-            list_add(list, sizeof list, &count, src->name(f, i));
+            list_add(list, sizeof list, &count, nm);
     }
     if (count) {
         s = list_error(path, "tensors unknown to the model", list, count);
@@ -172,10 +226,11 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
         const cl_gtensor *gt = &g->tensors[t];
         if (!is_state(gt))
             continue;
-        long i = src->find(f, gt->name);
+        snprintf(fname, sizeof fname, "%s%s", prefix, gt->name);
+        long i = src->find(f, fname);
         if (i < 0) {
             if (!(src->counters_optional && is_counter(gt)))
-                list_add(list, sizeof list, &count, gt->name);
+                list_add(list, sizeof list, &count, fname);
             continue;
         }
         cl_shape fs = src->shape(f, (size_t)i);
@@ -217,7 +272,8 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
         const cl_gtensor *gt = &g->tensors[t];
         if (!is_state(gt))
             continue;
-        long i = src->find(f, gt->name);
+        snprintf(fname, sizeof fname, "%s%s", prefix, gt->name);
+        long i = src->find(f, fname);
         if (i < 0)
             continue; /* an optional counter the file lacks */
         cl_shape fs = src->shape(f, (size_t)i);

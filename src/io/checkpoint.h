@@ -23,6 +23,11 @@
 #define CL_META_CONFIG "config" /* the resolved YAML */
 #define CL_META_VERSION "classic_version"
 
+/* A model file may hold an exponential moving average of the weights
+ * (train/model_ema.h) beside them: every parameter and buffer once more,
+ * named with this prefix ("ema.conv1.weight"), after the weights. */
+#define CL_CKPT_EMA_PREFIX "ema."
+
 /* One __metadata__ entry. */
 typedef struct cl_ckpt_kv {
     const char *key;
@@ -35,6 +40,22 @@ typedef struct cl_ckpt_kv {
  * failure). */
 cl_status cl_ckpt_save_model(const char *path, const cl_graph *g,
                              const cl_ckpt_kv *meta, int n_meta);
+/* As cl_ckpt_save_model, and when ema_params is not NULL the average too:
+ * arenas of g's layout (n_param_floats, n_buffer_floats), written under
+ * CL_CKPT_EMA_PREFIX names. */
+cl_status cl_ckpt_save_model_ema(const char *path, const cl_graph *g,
+                                 const float *ema_params,
+                                 const float *ema_buffers,
+                                 const cl_ckpt_kv *meta, int n_meta);
+
+/* Which weights a load reads from a file that holds an EMA beside them. */
+typedef enum cl_ckpt_pick {
+    CL_CKPT_PICK_EMA = 0,     /* the EMA when the file has one, else the weights
+                                 (what eval, predict, export and --pretrained
+                                 take: the EMA is the model one ships) */
+    CL_CKPT_PICK_RAW = 1,     /* the weights; the EMA is ignored (resume) */
+    CL_CKPT_PICK_EMA_ONLY = 2 /* the EMA; a file without one is refused */
+} cl_ckpt_pick;
 
 typedef enum cl_ckpt_mode {
     /* Every tensor of g present with its shape, no tensor the graph lacks:
@@ -51,6 +72,7 @@ typedef struct cl_ckpt_load_report {
     int head_skipped; /* head tensors left as initialised */
     /* "fc.weight (1000, 2048) in the file, (10, 2048) in the model; ..." */
     char head_note[512];
+    int ema; /* the weights read were the file's EMA */
 } cl_ckpt_load_report;
 
 struct cl_st_file;
@@ -70,7 +92,12 @@ typedef struct cl_ckpt_source {
      * weights from before PyTorch 0.4, timm); set, the counters missing
      * from the file keep their value. */
     int counters_optional;
+    /* Which weights to read (0: the EMA when the file has one). */
+    cl_ckpt_pick pick;
 } cl_ckpt_source;
+
+/* Whether src holds CL_CKPT_EMA_PREFIX tensors. */
+int cl_ckpt_source_has_ema(const cl_ckpt_source *src);
 
 /* A source reading the open safetensors file f. */
 cl_ckpt_source cl_ckpt_source_st(const struct cl_st_file *f, const char *path);
@@ -79,11 +106,16 @@ cl_ckpt_source cl_ckpt_source_st(const struct cl_st_file *f, const char *path);
 cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
                               cl_ckpt_mode mode, cl_ckpt_load_report *rep);
 
-/* Copies the file's tensors into g's arenas by name.  Refuses, naming the
+/* Copies the file's tensors into g's arenas by name (the EMA when it has
+ * one: CL_CKPT_PICK_EMA).  Refuses, naming the
  * tensors (up to 8 listed, then a count): names the model lacks, tensors the
  * file lacks, shape mismatches, non-float data.  On failure g is unchanged. */
 cl_status cl_ckpt_load_model(const char *path, cl_graph *g, cl_ckpt_mode mode,
                              cl_ckpt_load_report *rep);
+/* As cl_ckpt_load_model, reading the weights pick says. */
+cl_status cl_ckpt_load_model_pick(const char *path, cl_graph *g,
+                                  cl_ckpt_mode mode, cl_ckpt_pick pick,
+                                  cl_ckpt_load_report *rep);
 
 /* Reads metadata `key` of a safetensors file into buf ("" if absent). */
 cl_status cl_ckpt_read_meta(const char *path, const char *key, char *buf,

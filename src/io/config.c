@@ -250,7 +250,12 @@ static const key keys[] = {
     K_FLT(weight_decay, 0, 0, 1, 1, "0.0001",
           "L2 (SGD) / decoupled (AdamW) weight decay"),
     K_BOOL(filter_bias_and_bn, "true",
-           "no weight decay on biases and BatchNorm parameters"),
+           "no weight decay on biases, BatchNorm/LayerNorm parameters and "
+           "transformer embedding tables"),
+    K_FLT(embedding_weight_decay, -1, 0, 1, 1, "-1",
+          "weight decay of transformer embedding tables (Swin's "
+          "relative_position_bias_table); -1: as filter_bias_and_bn says "
+          "[torchvision: --transformer-embedding-decay]"),
     K_FLT(beta1, 0, 0, 1, 1, "0.9", "AdamW beta1"),
     K_FLT(beta2, 0, 0, 1, 1, "0.999", "AdamW beta2"),
     K_FLT(eps, 0, 1, 1, 1, "1e-08", "AdamW epsilon"),
@@ -282,6 +287,26 @@ static const key keys[] = {
     K_FLT(decay_rate, 0, 1, 1, 0, "0.1", "multi_step factor per milestone"),
     K_BOOL(lr_epoch_stair, "false",
            "change lr only at epoch boundaries (else every step)"),
+
+    GROUP("weight averaging (EMA)"),
+    K_BOOL(ema, "false",
+           "keep an exponential moving average of the weights: evaluated "
+           "beside them, followed by the best checkpoint, shipped as the "
+           "model [timm/torchvision: --model-ema]"),
+    K_FLT(ema_decay, 0, 1, 1, 1, "0.9998",
+          "weight of the old average at each update [timm: "
+          "--model-ema-decay; torchvision's needs converting, "
+          "docs/training.md]"),
+    K_INT(ema_steps, 1, 1000000, "1",
+          "update the average every N optimizer steps of an epoch "
+          "[torchvision: --model-ema-steps]"),
+    K_BOOL(ema_warmup, "false",
+           "decay warm-up: min(ema_decay, 1 - (1 + n)^(-2/3)) at the n-th "
+           "update [timm: --model-ema-warmup]"),
+    K_BOOL(load_ema, "true",
+           "eval, predict, export, convert and pretrained read a "
+           "checkpoint's EMA weights when it has them (false: its raw "
+           "weights)"),
 
     GROUP("training loop"),
     K_INT(epoch_size, 1, 100000, "90", "epochs to train"),
@@ -902,6 +927,11 @@ cl_status cl_config_check(const cl_config *c)
             return cl_error(CL_ERR_CONFIG,
                             "%s: milestones must increase (%d after %d)", p,
                             c->milestones[i], c->milestones[i - 1]);
+    if (c->embedding_weight_decay < 0 && c->embedding_weight_decay != -1)
+        return cl_error(CL_ERR_CONFIG,
+                        "%s: embedding_weight_decay %g is neither -1 (as "
+                        "filter_bias_and_bn says) nor a decay in [0, 1)",
+                        p, c->embedding_weight_decay);
     if (c->min_lr > c->lr)
         return cl_error(CL_ERR_CONFIG, "%s: min_lr %g is above lr %g", p,
                         c->min_lr, c->lr);

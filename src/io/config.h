@@ -142,6 +142,10 @@ typedef struct cl_config {
     int nesterov;
     double weight_decay;
     int filter_bias_and_bn;
+    /* Transformer embedding tables (CL_PARAM_EMBED): < 0 follows
+     * filter_bias_and_bn (no decay when on, else weight_decay); >= 0 is
+     * their decay (torchvision's --transformer-embedding-decay). */
+    double embedding_weight_decay;
     double beta1, beta2, eps;
     int lr_scale;
     /* ---- lr schedule ---- */
@@ -154,6 +158,12 @@ typedef struct cl_config {
     int n_milestones;
     double decay_rate;
     int lr_epoch_stair;
+    /* ---- weight averaging (EMA) ---- */
+    int ema;          /* keep, evaluate and ship an EMA of the weights */
+    double ema_decay; /* per update, in (0, 1) */
+    int ema_steps;    /* optimizer steps between updates */
+    int ema_warmup;   /* timm's decay warm-up */
+    int load_ema;     /* read a checkpoint's EMA weights when it has them */
     /* ---- training loop ---- */
     int epoch_size; /* epochs */
     int accumulation_steps;

@@ -161,7 +161,16 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
                            int batch, const char *backend, cl_plan_mode mode,
                            int threads)
 {
+    return cl_model_open_weights(m, ckpt, arch, batch, backend, mode, threads,
+                                 0);
+}
+
+cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
+                                int batch, const char *backend,
+                                cl_plan_mode mode, int threads, int raw)
+{
     cl_weights w;
+    cl_ckpt_load_report rep;
     memset(m, 0, sizeof *m);
     cl_status s = cl_weights_open(&w, ckpt);
     if (s != CL_OK)
@@ -175,9 +184,12 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
     if ((s = cl_graph_init(&m->g, batch)) != CL_OK)
         goto fail;
     m->graph_ready = 1;
-    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
-        (s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, NULL)) != CL_OK)
+    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
+            CL_OK ||
+        (w.src.pick = raw ? CL_CKPT_PICK_RAW : CL_CKPT_PICK_EMA,
+         s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, &rep)) != CL_OK)
         goto fail;
+    m->ema = rep.ema;
     cl_weights_close(&w);
     if ((s = plan(m, backend, mode, threads)) != CL_OK)
         goto fail;

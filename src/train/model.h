@@ -19,6 +19,7 @@ typedef struct cl_model {
     cl_backend *be;
     int foreign; /* weights without classic's metadata (.pth, plain
                     safetensors): arch inferred, ImageNet eval defaults */
+    int ema;     /* the weights are the checkpoint's EMA (model_ema.h) */
 } cl_model;
 
 /* Opens ckpt for batches of `batch`: a classic checkpoint, a plain
@@ -36,6 +37,12 @@ cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
 cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
                            int batch, const char *backend, cl_plan_mode mode,
                            int threads);
+/* As cl_model_open_as, which reads the EMA of a checkpoint that holds one
+ * (the model it ships); raw non-zero reads its raw weights instead (the
+ * load_ema key, false). */
+cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
+                                int batch, const char *backend,
+                                cl_plan_mode mode, int threads, int raw);
 /* The network cfg describes (model, stem, in_channels, num_classes -- 1000
  * when 0 --, image_size) with the weights training starts from (cfg->seed)
  * and cfg's eval pipeline; class names are ImageNet's for 1000 classes,

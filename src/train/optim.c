@@ -19,6 +19,7 @@ cl_optim_config cl_optim_config_default(void)
     c.nesterov = 0;
     c.weight_decay = 1e-4;
     c.filter_bias_and_bn = 1;
+    c.embed_weight_decay = -1; /* as filter_bias_and_bn says */
     c.beta1 = 0.9;
     c.beta2 = 0.999;
     c.eps = 1e-8;
@@ -147,13 +148,15 @@ cl_status cl_optim_create(cl_optim *opt, const cl_optim_config *cfg,
     for (int k = 0; k < n_segments; k++) {
         int f = segments[k].flags;
         int head = (f & CL_PARAM_HEAD) != 0;
-        int exempt =
-            cfg->filter_bias_and_bn && (f & (CL_PARAM_BIAS | CL_PARAM_BN)) != 0;
+        int exempt = cfg->filter_bias_and_bn &&
+                     (f & (CL_PARAM_BIAS | CL_PARAM_BN | CL_PARAM_EMBED)) != 0;
         opt->seg_frozen[k] = (unsigned char)(cfg->freeze_backbone && !head);
         opt->seg_lr_mult[k] =
             opt->seg_frozen[k] ? 0.0f
                                : (head ? 1.0f : (float)cfg->backbone_lr_mult);
         opt->seg_decay[k] = exempt ? 0.0f : (float)cfg->weight_decay;
+        if ((f & CL_PARAM_EMBED) && cfg->embed_weight_decay >= 0)
+            opt->seg_decay[k] = (float)cfg->embed_weight_decay;
     }
     if (cfg->kind == CL_OPT_ADAMW)
         opt->n_states = 2;

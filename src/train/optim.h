@@ -18,7 +18,7 @@
 typedef struct cl_optim_segment {
     size_t offset; /* in floats, into every arena */
     size_t n;      /* number of floats */
-    int flags;     /* CL_PARAM_WEIGHT / BIAS / BN / HEAD */
+    int flags;     /* CL_PARAM_WEIGHT / BIAS / BN / HEAD / EMBED */
 } cl_optim_segment;
 
 typedef enum cl_optim_kind {
@@ -34,6 +34,11 @@ typedef struct cl_optim_config {
     /* Non-zero: no weight decay on BN gamma/beta and on biases (mindcv's
      * filter_bias_and_bn, timm's no-decay group). */
     int filter_bias_and_bn;
+    /* Segments flagged CL_PARAM_EMBED (transformer embedding tables):
+     * negative, they follow filter_bias_and_bn (exempt when it is on, as
+     * timm's no_weight_decay list); >= 0, their decay (torchvision's
+     * transformer_embedding_decay). */
+    double embed_weight_decay;
     double beta1, beta2, eps; /* AdamW */
     /* Fine-tuning: segments without CL_PARAM_HEAD get lr * backbone_lr_mult;
      * with freeze_backbone they are not touched at all (no step, no state

@@ -186,12 +186,21 @@ cl_status cl_recipe_optim(const cl_config *cfg, cl_optim_config *out)
     o.nesterov = cfg->nesterov;
     o.weight_decay = cfg->weight_decay;
     o.filter_bias_and_bn = cfg->filter_bias_and_bn;
+    o.embed_weight_decay = cfg->embedding_weight_decay;
     o.beta1 = cfg->beta1;
     o.beta2 = cfg->beta2;
     o.eps = cfg->eps;
     o.backbone_lr_mult = cfg->backbone_lr_mult;
     o.freeze_backbone = cfg->freeze_backbone;
     *out = o;
+    return CL_OK;
+}
+
+cl_status cl_recipe_ema(const cl_config *cfg, cl_model_ema_config *out)
+{
+    out->decay = cfg->ema_decay;
+    out->steps = cfg->ema_steps;
+    out->warmup = cfg->ema_warmup;
     return CL_OK;
 }
 

@@ -8,6 +8,7 @@
 #include "io/config.h"
 #include "models/arch.h"
 #include "train/lr.h"
+#include "train/model_ema.h"
 #include "train/optim.h"
 
 /* The dataset of split `usage` (train or test).  Strings point into cfg
@@ -33,6 +34,8 @@ cl_status cl_recipe_model(const cl_config *cfg, int in_channels,
 /* global_batch = batch_size x ranks x accumulation_steps; with
  * lr_scale: linear the lr (and min_lr) are scaled by global_batch / 256. */
 cl_status cl_recipe_optim(const cl_config *cfg, cl_optim_config *out);
+/* The weight average's decay, steps and warm-up (ema_* keys). */
+cl_status cl_recipe_ema(const cl_config *cfg, cl_model_ema_config *out);
 cl_status cl_recipe_lr(const cl_config *cfg, int64_t steps_per_epoch,
                        int global_batch, cl_lr_config *out);
 

@@ -23,6 +23,7 @@
 #include "models/arch.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/model_ema.h"
 #include "train/recipe.h"
 #include "train/train_state.h"
 #include "train/trainer.h"
@@ -49,6 +50,9 @@ typedef struct run {
     int n_segs;
     cl_lr_config lr;
     cl_metrics val;
+    cl_model_ema ema; /* the weights' moving average (cfg->ema) */
+    int has_ema;
+    cl_metrics val_ema;   /* its evaluation */
     cl_val_misses misses; /* the last validation pass's, for the report */
     float *acc;           /* gradient accumulation arena, or NULL */
     FILE *jsonl;
@@ -75,6 +79,8 @@ static void run_free(run *r)
     cl_free(r->conv_paths);
     cl_free(r->acc);
     cl_metrics_free(&r->val);
+    cl_metrics_free(&r->val_ema);
+    cl_model_ema_destroy(&r->ema);
     cl_val_misses_free(&r->misses);
     cl_optim_destroy(&r->opt);
     cl_free(r->segs);
@@ -212,15 +218,18 @@ static cl_status load_pretrained(run *r, int k)
     cl_ckpt_load_report rep;
     cl_weights w;
     cl_status s = cl_weights_open(&w, c->pretrained);
+    /* A checkpoint with an EMA gives it (the model it ships) unless
+     * load_ema is off; its averaging counters stay behind. */
+    w.src.pick = c->load_ema ? CL_CKPT_PICK_EMA : CL_CKPT_PICK_RAW;
     if (s == CL_OK)
         s = cl_ckpt_load_source(&w.src, &r->g, CL_CKPT_PRETRAINED, &rep);
     const char *kind = w.kind;
     cl_weights_close(&w);
     CL_TRY(cl_error_wrap(s, "pretrained weights: "));
     cl_log(r->lg, CL_LOG_INFO,
-           "pretrained: %d tensors loaded from %s (%s); training starts "
+           "pretrained: %d tensors loaded from %s (%s%s); training starts "
            "at step 0 with a fresh optimizer",
-           rep.loaded, c->pretrained, kind);
+           rep.loaded, c->pretrained, kind, rep.ema ? ", its EMA weights" : "");
     if (rep.head_skipped)
         cl_log(r->lg, CL_LOG_WARN,
                "pretrained: the head is re-initialised for %d classes "
@@ -312,6 +321,14 @@ static cl_status make_optimizer(run *r)
         if (!r->acc)
             return CL_ERR_NOMEM;
     }
+    if (c->ema) {
+        /* The average starts from the weights training starts from (the
+         * pretrained ones when fine-tuning); resume replaces it. */
+        cl_model_ema_config ec;
+        CL_TRY(cl_recipe_ema(c, &ec));
+        CL_TRY(cl_model_ema_create(&r->ema, &ec, g));
+        r->has_ema = 1;
+    }
     return CL_OK;
 }
 
@@ -368,8 +385,9 @@ static cl_status save_model(run *r, const char *path, int64_t epoch,
         {CL_META_VERSION, cl_version()},
         {CL_META_CONFIG, r->config_yaml},
     };
-    s = cl_ckpt_save_model(path, &r->g, meta,
-                           (int)(sizeof meta / sizeof meta[0]));
+    s = cl_ckpt_save_model_ema(path, &r->g, r->has_ema ? r->ema.params : NULL,
+                               r->has_ema ? r->ema.buffers : NULL, meta,
+                               (int)(sizeof meta / sizeof meta[0]));
 fail:
     cl_strbuf_free(&names);
     return s;
@@ -477,7 +495,12 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
                                  int64_t next_batch, int64_t step)
 {
     char sp[1024], ep[32], nb[32], st[32], seed[32], gb[64], spe[32];
+    char ema_n[32] = "", ema_u[32] = "";
     CL_TRY(save_model(r, path, epoch, step));
+    if (r->has_ema) {
+        snprintf(ema_n, sizeof ema_n, "%lld", (long long)r->ema.n_averaged);
+        snprintf(ema_u, sizeof ema_u, "%lld", (long long)r->ema.n_updates);
+    }
     state_path(path, sp, sizeof sp);
     snprintf(ep, sizeof ep, "%lld", (long long)epoch);
     snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
@@ -489,11 +512,16 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
              r->d ? r->d->size : 1, accum_of(r->cfg));
     snprintf(spe, sizeof spe, "%lld", (long long)r->steps_per_epoch);
     const char *paths = cl_backend_conv_paths(r->be);
-    cl_ckpt_kv meta[] = {
-        {"epoch", ep},        {"next_batch", nb},
-        {"step", st},         {"seed", seed},
-        {"model_file", path}, {"conv_paths", paths ? paths : ""},
-        {"global_batch", gb}, {"steps_per_epoch", spe}};
+    cl_ckpt_kv meta[] = {{"epoch", ep},
+                         {"next_batch", nb},
+                         {"step", st},
+                         {"seed", seed},
+                         {"model_file", path},
+                         {"conv_paths", paths ? paths : ""},
+                         {"global_batch", gb},
+                         {"steps_per_epoch", spe},
+                         {"ema_averaged", ema_n},
+                         {"ema_updates", ema_u}};
     return cl_train_state_save(sp, &r->g, &r->opt, meta,
                                (int)(sizeof meta / sizeof meta[0]));
 }
@@ -585,12 +613,50 @@ static cl_status resume_position(run *r, const char *path, const char *gb,
     return CL_OK;
 }
 
+/* The average of the resumed checkpoint into r->ema (read through the
+ * graph, whose weights resume then reads); n_updates -1 marks it as read,
+ * for resume to take the counters from the state file.  A checkpoint
+ * without one starts the average from its weights. */
+static cl_status resume_ema(run *r, const char *path)
+{
+    cl_st_file *f = NULL;
+    CL_TRY(cl_error_wrap(cl_st_open(&f, path), "resume: "));
+    cl_ckpt_source src = cl_ckpt_source_st(f, path);
+    src.pick = CL_CKPT_PICK_EMA_ONLY;
+    int has = cl_ckpt_source_has_ema(&src);
+    cl_status s = CL_OK;
+    if (has && r->has_ema)
+        s = cl_error_wrap(
+            cl_ckpt_load_source(&src, &r->g, CL_CKPT_STRICT, NULL), "resume: ");
+    cl_st_close(f);
+    CL_TRY(s);
+    if (has && r->has_ema) {
+        cl_model_ema_set(&r->ema, &r->g);
+        r->ema.n_updates = -1;
+    } else if (has) {
+        cl_log(r->lg, CL_LOG_INFO,
+               "resume: %s holds an EMA of its weights; ema is off, so it "
+               "is not kept",
+               path);
+    } else if (r->has_ema) {
+        cl_log(r->lg, CL_LOG_INFO,
+               "resume: %s holds no EMA; the average starts from its "
+               "weights",
+               path);
+    }
+    return CL_OK;
+}
+
 static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
 {
     const char *path = r->cfg->resume;
     char sp[1024], buf[64];
-    CL_TRY(cl_error_wrap(cl_ckpt_load_model(path, &r->g, CL_CKPT_STRICT, NULL),
+    CL_TRY(resume_ema(r, path));
+    CL_TRY(cl_error_wrap(cl_ckpt_load_model_pick(path, &r->g, CL_CKPT_STRICT,
+                                                 CL_CKPT_PICK_RAW, NULL),
                          "resume: "));
+    if (r->has_ema && r->ema.n_updates >= 0)
+        cl_model_ema_set(&r->ema, &r->g); /* the file had no average */
     state_path(path, sp, sizeof sp);
     if (access(sp, R_OK) != 0)
         return cl_error(CL_ERR_IO,
@@ -617,6 +683,13 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
                         path, mstep, sp, (long long)*step);
     CL_TRY(cl_ckpt_read_meta(sp, "global_batch", buf, sizeof buf));
     CL_TRY(resume_position(r, path, buf, batch));
+    if (r->has_ema && r->ema.n_updates < 0) {
+        /* The average came from the file: its counters from the state. */
+        CL_TRY(cl_ckpt_read_meta(sp, "ema_averaged", buf, sizeof buf));
+        r->ema.n_averaged = strtoll(buf, NULL, 10);
+        CL_TRY(cl_ckpt_read_meta(sp, "ema_updates", buf, sizeof buf));
+        r->ema.n_updates = strtoll(buf, NULL, 10);
+    }
     CL_TRY(cl_ckpt_read_meta(sp, "steps_per_epoch", buf, sizeof buf));
     if (buf[0] && strtoll(buf, NULL, 10) != r->steps_per_epoch)
         cl_log(r->lg, CL_LOG_WARN,
@@ -661,6 +734,22 @@ static cl_status broadcast_optim(run *r)
     CL_TRY(
         cl_dist_allreduce_sum_i64(r->d, o->seg_steps, (size_t)o->n_segments));
     return cl_dist_allreduce_sum_i64(r->d, &o->n_steps, 1);
+}
+
+/* After resume: rank 0's average and its counters on every rank (the
+ * weights are the same everywhere, so the averages stay alike). */
+static cl_status broadcast_ema(run *r)
+{
+    cl_model_ema *e = &r->ema;
+    CL_TRY(cl_dist_broadcast_f32(r->d, e->params, e->n_params, 0));
+    CL_TRY(cl_dist_broadcast_f32(r->d, e->buffers, e->n_buffers, 0));
+    int64_t n[2] = {e->n_averaged, e->n_updates};
+    if (!r->root)
+        n[0] = n[1] = 0;
+    CL_TRY(cl_dist_allreduce_sum_i64(r->d, n, 2));
+    e->n_averaged = n[0];
+    e->n_updates = n[1];
+    return CL_OK;
 }
 
 /* ---- SIGINT / SIGTERM ------------------------------------------------- */
@@ -796,6 +885,14 @@ static void jsonl_eval(run *r, int64_t step, int64_t epoch, double epoch_s)
     cl_strbuf_addf(b, ",\"val_samples\":%lld,\"epoch_s\":",
                    (long long)cl_metrics_count(&r->val));
     cl_strbuf_add_json_num(b, epoch_s);
+    if (r->has_ema) { /* the average's pass, beside the weights' */
+        cl_strbuf_adds(b, ",\"val_ema_top1\":");
+        cl_strbuf_add_json_num(b, cl_metrics_top1(&r->val_ema));
+        cl_strbuf_adds(b, ",\"val_ema_top5\":");
+        cl_strbuf_add_json_num(b, cl_metrics_topk(&r->val_ema));
+        cl_strbuf_adds(b, ",\"val_ema_loss\":");
+        cl_strbuf_add_json_num(b, cl_metrics_loss(&r->val_ema));
+    }
     if (r->cfg->eval_hflip) /* absent: plain eval, as in older files */
         cl_strbuf_adds(b, ",\"val_hflip\":true");
     cl_strbuf_adds(b, "}\n");
@@ -898,30 +995,75 @@ static cl_status save_val_record(run *r, const char *ckpt, int64_t epoch,
              cl_dataset_format(r->val_ds));
     char path[700];
     cl_val_record_path(ckpt, path, sizeof path);
-    cl_status s = cl_val_record_save(path, &r->val, &r->misses, &info, names);
+    /* The pass of the weights the checkpoint gives by default. */
+    cl_status s = cl_val_record_save(path, r->has_ema ? &r->val_ema : &r->val,
+                                     &r->misses, &info, names);
     cl_free(names);
     return s;
+}
+
+/* One validation pass into m, through the weights the graph holds now;
+ * misses (may be NULL) keeps its most confident mistakes. */
+static cl_status eval_pass(run *r, cl_metrics *m, cl_val_misses *misses)
+{
+    cl_metrics_reset(m);
+    if (misses)
+        cl_val_misses_reset(misses);
+    CL_TRY(cl_evaluate(r->be, r->val_ld, m, r->d, r->cfg->eval_hflip,
+                       misses ? cl_val_misses_add : NULL, misses));
+    if (misses)
+        CL_TRY(cl_val_misses_gather(misses, r->d));
+    return CL_OK;
+}
+
+static void log_eval(run *r, int64_t epoch, const char *what,
+                     const cl_metrics *m)
+{
+    cl_log(r->lg, CL_LOG_INFO,
+           "epoch %lld eval%s: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
+           "(%lld samples%s)",
+           (long long)epoch + 1, what, 100 * cl_metrics_top1(m),
+           100 * cl_metrics_topk(m), cl_metrics_loss(m),
+           (long long)cl_metrics_count(m),
+           r->cfg->eval_hflip ? ", averaged with their mirrors" : "");
+}
+
+/* The average's pass: its weights swapped into the graph for the pass and
+ * back, the backend's copies refreshed each time. */
+static cl_status eval_ema(run *r)
+{
+    cl_model_ema_swap(&r->ema, &r->g);
+    cl_status s = cl_backend_sync_params(r->be);
+    if (s == CL_OK)
+        s = eval_pass(r, &r->val_ema, &r->misses);
+    cl_model_ema_swap(&r->ema, &r->g);
+    cl_status back = cl_backend_sync_params(r->be);
+    return s != CL_OK ? s : back;
 }
 
 static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
                           cl_train_result *res)
 {
-    cl_metrics_reset(&r->val);
-    cl_val_misses_reset(&r->misses);
-    CL_TRY(cl_evaluate(r->be, r->val_ld, &r->val, r->d, r->cfg->eval_hflip,
-                       cl_val_misses_add, &r->misses));
-    CL_TRY(cl_val_misses_gather(&r->misses, r->d));
-    double top1 = cl_metrics_top1(&r->val);
-    cl_log(r->lg, CL_LOG_INFO,
-           "epoch %lld eval: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
-           "(%lld samples%s)",
-           (long long)epoch + 1, 100 * top1, 100 * cl_metrics_topk(&r->val),
-           cl_metrics_loss(&r->val), (long long)cl_metrics_count(&r->val),
-           r->cfg->eval_hflip ? ", averaged with their mirrors" : "");
+    /* The misses are kept of the pass the best checkpoint follows. */
+    CL_TRY(eval_pass(r, &r->val, r->has_ema ? NULL : &r->misses));
+    log_eval(r, epoch, "", &r->val);
+    if (r->has_ema) {
+        CL_TRY(eval_ema(r));
+        log_eval(r, epoch, " (EMA)", &r->val_ema);
+    }
     jsonl_eval(r, step, epoch + 1, epoch_s);
-    res->val_top1 = top1;
+    res->val_top1 = cl_metrics_top1(&r->val);
     res->val_top5 = cl_metrics_topk(&r->val);
     res->val_loss = cl_metrics_loss(&r->val);
+    res->val_ema_top1 = res->val_ema_top5 = res->val_ema_loss = NAN;
+    if (r->has_ema) {
+        res->val_ema_top1 = cl_metrics_top1(&r->val_ema);
+        res->val_ema_top5 = cl_metrics_topk(&r->val_ema);
+        res->val_ema_loss = cl_metrics_loss(&r->val_ema);
+    }
+    /* With an average the best checkpoint follows its top-1 (timm's
+     * eval_metrics = ema_eval_metrics): the checkpoint ships it. */
+    double top1 = r->has_ema ? res->val_ema_top1 : res->val_top1;
     if (isnan(res->best_top1) || top1 > res->best_top1) {
         res->best_top1 = top1;
         if (r->root) {
@@ -1042,6 +1184,14 @@ static cl_status train_step(run *r, loop *lp, const cl_batch *b, int64_t epoch,
     CL_TRY(cl_optim_step(&r->opt, g->params, g->grads,
                          cl_lr_at(&r->lr, lp->step)));
     CL_TRY(cl_backend_sync_params(r->be));
+    /* The average after the step, every ema_steps-th step of the epoch
+     * (bi / accum is the step's index in it); during the lr warm-up it
+     * keeps copying the weights, as torchvision's reference does. */
+    if (r->has_ema && cl_model_ema_due(&r->ema, bi / accum)) {
+        cl_model_ema_update(&r->ema, g);
+        if (epoch < cfg->warmup_epochs)
+            cl_model_ema_reset(&r->ema);
+    }
     lp->step++;
     *stepped = 1;
     return CL_OK;
@@ -1179,13 +1329,19 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
                         .last_epoch = last,
                         .val_top1 = NAN,
                         .val_top5 = NAN,
-                        .val_loss = NAN};
+                        .val_loss = NAN,
+                        .val_ema_top1 = NAN,
+                        .val_ema_top5 = NAN,
+                        .val_ema_loss = NAN};
     if (r->val_ld && ((epoch + 1) % cfg->val_interval == 0 || last)) {
         CL_TRY(run_eval(r, epoch, lp->step, epoch_s, res));
         e.evaluated = 1;
         e.val_top1 = res->val_top1;
         e.val_top5 = res->val_top5;
         e.val_loss = res->val_loss;
+        e.val_ema_top1 = res->val_ema_top1;
+        e.val_ema_top5 = res->val_ema_top5;
+        e.val_ema_loss = res->val_ema_loss;
     }
     emit(r, &e);
     return CL_OK;
@@ -1200,6 +1356,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     memset(&r, 0, sizeof r);
     memset(res, 0, sizeof *res);
     res->val_top1 = res->val_top5 = res->val_loss = res->best_top1 = NAN;
+    res->val_ema_top1 = res->val_ema_top5 = res->val_ema_loss = NAN;
     r.cfg = cfg;
     r.d = d && d->size > 1 ? d : NULL;
     r.lg = lg;
@@ -1211,6 +1368,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     if ((s = open_data(&r)) != CL_OK || (s = build_model(&r)) != CL_OK ||
         (s = make_optimizer(&r)) != CL_OK ||
         (s = cl_metrics_init(&r.val, r.g.num_classes)) != CL_OK ||
+        (s = cl_metrics_init(&r.val_ema, r.g.num_classes)) != CL_OK ||
         (s = cl_val_misses_init(&r.misses, r.val_ds, CL_VAL_MISS_MAX)) !=
             CL_OK ||
         (s = write_run_files(&r)) != CL_OK)
@@ -1223,6 +1381,10 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     if (r.d && (s = cl_dist_broadcast_graph(r.d, &r.g, 0)) != CL_OK)
         goto fail;
     if (r.d && cfg->resume[0] && (s = broadcast_optim(&r)) != CL_OK)
+        goto fail;
+    if (r.has_ema && !cfg->resume[0])
+        cl_model_ema_set(&r.ema, &r.g); /* rank 0's weights */
+    if (r.has_ema && r.d && cfg->resume[0] && (s = broadcast_ema(&r)) != CL_OK)
         goto fail;
 
     if ((s = plan_training(&r)) != CL_OK)
@@ -1266,6 +1428,17 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
         : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
                               : "bf16 activations, f32 master weights");
 
+    if (r.has_ema)
+        cl_log(lg, CL_LOG_INFO,
+               "ema: an average of the weights, decay %.6g per update, "
+               "updated every %d step(s) of an epoch%s%s; evaluated beside "
+               "them, it picks the best checkpoint and is the model the "
+               "checkpoints give by default",
+               cfg->ema_decay, cfg->ema_steps,
+               cfg->ema_warmup ? ", decay warm-up" : "",
+               cfg->warmup_epochs > 0 ? ", a copy of them during the lr "
+                                        "warm-up"
+                                      : "");
     /* The loop: next batch, step, log, checkpoint, stop; at each epoch's
      * end its checkpoint and evaluation. */
     loop lp;

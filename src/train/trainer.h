@@ -16,7 +16,10 @@ typedef struct cl_train_result {
     double val_top1;  /* last evaluation, NaN if none */
     double val_top5;
     double val_loss;
-    double best_top1;       /* best evaluation, NaN if none */
+    /* The same of the weights' average (ema), NaN without one. */
+    double val_ema_top1, val_ema_top5, val_ema_loss;
+    double best_top1;       /* best evaluation (of the average with ema), NaN if
+                               none */
     double seconds;         /* wall time of the loop */
     double img_per_s;       /* training throughput of this process's loop */
     double data_wait_share; /* fraction of the loop spent waiting on data */
@@ -40,6 +43,7 @@ typedef struct cl_train_event {
     int last_epoch;            /* EPOCH: the run's last */
     int evaluated;             /* EPOCH: the val_* below are this epoch's */
     double val_top1, val_top5, val_loss;
+    double val_ema_top1, val_ema_top5, val_ema_loss; /* NaN without ema */
 } cl_train_event;
 
 /* on_event runs on every rank, in the training thread, between steps; a
