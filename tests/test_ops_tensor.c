@@ -6,6 +6,7 @@
  * derivative), rtol 2e-3, atol 5e-4 (CL_FD_VERBOSE=1 prints the margins).
  * ctest-labels: unit ref */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -649,4 +650,33 @@ CL_TEST(token_meanpool_values_grad_and_errors)
     cl_shape x0 = cl_shape_make(3, (int64_t[]){B, 0, C});
     CHECK_ERR(cl_token_meanpool_infer(&x0, &ys), CL_ERR_SHAPE,
               "token_meanpool: input tokens is 0");
+}
+
+/* The bias gradient on 1 and 3 threads, large enough for the kernels'
+ * parallel loops: the same bits (one thread per bias row, rows in
+ * order). */
+CL_TEST(softmax_bias_grad_thread_count_independent)
+{
+    enum { B = 8, W = 4, H = 3, N = 32, NX = B * W * H * N * N };
+    static float x[NX], y[NX], r[NX], b[H * N * N], m[W * N * N];
+    static float db[2][H * N * N], dx[2][NX];
+    cl_shape xs = cl_shape_make(5, (int64_t[]){B, W, H, N, N});
+    cl_shape bs = cl_shape_make(3, (int64_t[]){H, N, N});
+    cl_shape ms = cl_shape_make(4, (int64_t[]){W, 1, N, N});
+    cl_softmax_dims d = cl_softmax_dims_of(&xs, &bs, &ms);
+    cl_rng rng;
+    cl_rng_init(&rng, 59, 0);
+    cl_fd_uniform(x, NX, -2, 2, &rng);
+    cl_fd_uniform(b, H * N * N, -1, 1, &rng);
+    cl_fd_uniform(m, W * N * N, -3, 0, &rng);
+    cl_fd_uniform(r, NX, -1, 1, &rng);
+    const int keep = omp_get_max_threads();
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(k ? 3 : 1);
+        cl_softmax_forward(y, x, b, m, &d);
+        cl_softmax_backward(dx[k], db[k], r, y, &d);
+    }
+    omp_set_num_threads(keep);
+    CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
+    CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0);
 }

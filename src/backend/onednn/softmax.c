@@ -12,6 +12,8 @@
  * on the thread count), through f32 copies under amp O2.  Everything is
  * plain row-major (norm.c makes plain copies of what is not). */
 
+#include <string.h>
+
 #include "backend/onednn/internal.h"
 #include "tensor/tensor.h"
 
@@ -34,8 +36,28 @@ static cl_softmax_dims dims_of_node(const dn_ctx *d, int i)
 
 static inline float ld(const void *p, int bf16, int64_t k)
 {
-    return bf16 ? cl_f32_from_bf16(((const uint16_t *)p)[k])
-                : ((const float *)p)[k];
+    if (!bf16)
+        return ((const float *)p)[k];
+    uint32_t u = (uint32_t)((const uint16_t *)p)[k] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One row of z = x + b + m (b, m NULL when absent), f32 throughout: the
+ * common case, kept free of type tests. */
+static inline void add_row_f32(float *y, const float *x, const float *b,
+                               const float *m, int C)
+{
+    if (b && m)
+        for (int c = 0; c < C; c++)
+            y[c] = x[c] + b[c] + m[c];
+    else if (b)
+        for (int c = 0; c < C; c++)
+            y[c] = x[c] + b[c];
+    else
+        for (int c = 0; c < C; c++)
+            y[c] = x[c] + m[c];
 }
 
 /* y = x + b + m, row by row; the mask is read from the buffer arena. */
@@ -65,6 +87,12 @@ static cl_status run_add(dn_ctx *d, const dn_step *s)
     for (int64_t r = 0; r < dm.rows; r++) {
         const int64_t bo = b ? cl_softmax_row_of(&dm, dm.sb, r) * C : 0;
         const float *mr = m ? m + cl_softmax_row_of(&dm, dm.sm, r) * C : NULL;
+        if (!xbf && !bbf) {
+            add_row_f32((float *)y + r * C, (const float *)x + r * C,
+                        b ? (const float *)b + bo : NULL, mr, C);
+            continue;
+        }
+        /* amp O2: widened to f32, added as above, rounded once. */
         for (int c = 0; c < C; c++) {
             float z = ld(x, xbf, r * C + c);
             if (b)
