@@ -1962,8 +1962,9 @@ CL_TEST(tokens_bad_index_names_the_node)
     pair_free(&p);
 }
 
-/* amp O2: the token ops move and scale bf16 values, matmul and the rank-3
- * linear run in bf16: against the ref backend at f32, loss and logits
+/* amp O1 (matmul and linear read bf16, write f32) and O2 (the token ops
+ * move and scale bf16 values, matmul and the rank-3 linear run in bf16):
+ * against the ref backend at f32, loss and logits
  * within 2% and the gradient vector at cosine >= 0.99 (bf16 keeps 8
  * significant bits; measured 0.99999, loss 0.2% off); and against O2 with
  * the token ops and matmul on the fallback (f32 kernels on widened values,
@@ -1975,6 +1976,8 @@ CL_TEST(tokens_amp_o2)
     static const char *const vs_ref[2] = {"ref", "onednn"};
     static const char *const both[2] = {"onednn", "onednn"};
     cl_backend_opts two[2] = {{0}, {0}};
+    two[1].amp_level = 1; /* bf16 reads, f32 outputs */
+    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
     two[1].amp_level = 2;
     tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
     two[1].channels_last = 1;
