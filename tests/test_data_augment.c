@@ -160,6 +160,16 @@ CL_TEST(magnitude_bins_match_torchvision)
     CHECK(cl__aug_magnitude(ta, CL__AUG_TRANSLATE_Y, 9, 0, 0) ==
           9.600000381469727);
     CHECK(cl__aug_magnitude(ta, CL__AUG_TRANSLATE_X, 15, 0, 0) == 16.0);
+    /* Bins where torch's fused scalar tail differs from a plain a + i * step
+     * in the last bit. */
+    CHECK(cl__aug_magnitude(ta, CL__AUG_SHEAR_X, 19, 0, 0) ==
+          0.6270000338554382);
+    CHECK(cl__aug_magnitude(ta, CL__AUG_BRIGHTNESS, 25, 0, 0) ==
+          0.824999988079071);
+    CHECK(cl__aug_magnitude(ta, CL__AUG_TRANSLATE_X, 17, 0, 0) ==
+          18.133333206176758);
+    CHECK(cl__aug_magnitude(ta, CL__AUG_TRANSLATE_Y, 24, 0, 0) ==
+          25.600000381469727);
     CHECK(cl__aug_magnitude(ta, CL__AUG_ROTATE, 30, 0, 0) == 135.0);
     CHECK(cl__aug_magnitude(ta, CL__AUG_SOLARIZE, 1, 0, 0) == 246.5);
     CHECK(cl__aug_magnitude(ta, CL__AUG_SOLARIZE, 30, 0, 0) == 0.0);
