@@ -143,6 +143,23 @@ static void inverse_affine(double cx, double cy, double angle, double tx,
     m[5] += cy;
 }
 
+/* A translation by whole pixels (dx right, dy down), zero fill: what the
+ * warp below computes for one, since its sample points sit within float
+ * rounding of integers, far from the rounding ties. */
+static void shift(const uint8_t *src, uint8_t *dst, int h, int w, int c, int dx,
+                  int dy)
+{
+    size_t row = (size_t)w * c;
+    memset(dst, 0, (size_t)h * row);
+    if (dx <= -w || dx >= w || dy <= -h || dy >= h)
+        return;
+    int x0 = dx > 0 ? dx : 0, n = w - (dx > 0 ? dx : -dx);
+    for (int y = dy > 0 ? dy : 0; y < h && y - dy < h; y++)
+        memcpy(dst + y * row + (size_t)x0 * c,
+               src + (size_t)(y - dy) * row + (size_t)(x0 - dx) * c,
+               (size_t)n * c);
+}
+
 /* Nearest-neighbour warp with zero fill, as torchvision's affine grid and
  * grid_sample(align_corners=False) compute it in float32: the matrix works
  * in pixel units about the image centre. */
@@ -286,24 +303,29 @@ static void solarize(uint8_t *img, size_t len, double threshold)
 /* Per channel: stretch [min, max] to [0, 255] (float32, truncated). */
 static void autocontrast(uint8_t *img, size_t n, int c)
 {
-    for (int ch = 0; ch < c; ch++) {
-        int lo = 255, hi = 0;
-        for (size_t i = 0; i < n; i++) {
-            int v = img[i * c + ch];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
+    /* One pass for the extremes of every channel, one through a table. */
+    uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+    size_t len = n * (size_t)c;
+    for (size_t i = 0; i < len; i += (size_t)c)
+        for (int ch = 0; ch < c; ch++) {
+            uint8_t v = img[i + ch];
+            lo[ch] = v < lo[ch] ? v : lo[ch];
+            hi[ch] = v > hi[ch] ? v : hi[ch];
         }
-        if (hi == lo)
-            continue; /* torchvision's scale 1, offset 0: unchanged */
-        float mn = (float)lo, scale = 255.0f / (float)(hi - lo);
-        uint8_t lut[256];
+    uint8_t lut[3][256];
+    for (int ch = 0; ch < c; ch++) {
+        /* torchvision's flat channel: scale 1, offset 0, unchanged. */
+        float mn = hi[ch] == lo[ch] ? 0.0f : (float)lo[ch];
+        float scale =
+            hi[ch] == lo[ch] ? 1.0f : 255.0f / (float)(hi[ch] - lo[ch]);
         for (int v = 0; v < 256; v++) {
             float t = ((float)v - mn) * scale;
-            lut[v] = (uint8_t)(t < 0 ? 0 : (t > 255 ? 255 : t));
+            lut[ch][v] = (uint8_t)(t < 0 ? 0 : (t > 255 ? 255 : t));
         }
-        for (size_t i = 0; i < n; i++)
-            img[i * c + ch] = lut[img[i * c + ch]];
     }
+    for (size_t i = 0; i < len; i += (size_t)c)
+        for (int ch = 0; ch < c; ch++)
+            img[i + ch] = lut[ch][img[i + ch]];
 }
 
 /* Per channel histogram equalisation, torchvision's (and PIL's) lookup:
@@ -351,12 +373,16 @@ void cl__aug_apply_op(uint8_t *img, uint8_t *tmp, int h, int w, int c, int op,
                        m);
         break;
     case CL__AUG_TRANSLATE_X:
+    case CL__AUG_TRANSLATE_Y: {
         /* Whole pixels: int() truncates toward zero. */
-        inverse_affine(0, 0, 0, (double)(int)mag, 0, 0, 0, m);
-        break;
-    case CL__AUG_TRANSLATE_Y:
-        inverse_affine(0, 0, 0, 0, (double)(int)mag, 0, 0, m);
-        break;
+        int t = (int)mag;
+        if (op == CL__AUG_TRANSLATE_X)
+            shift(img, tmp, h, w, c, t, 0);
+        else
+            shift(img, tmp, h, w, c, 0, t);
+        memcpy(img, tmp, len);
+        return;
+    }
     case CL__AUG_ROTATE:
         /* F.rotate turns counter-clockwise: the affine angle is -mag. */
         inverse_affine(0, 0, -mag, 0, 0, 0, 0, m);
