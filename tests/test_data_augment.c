@@ -285,6 +285,38 @@ CL_TEST(pipeline_deterministic_and_exact)
         CHECK(differ >= 8);
         cl_transforms_destroy(tf);
     }
+    /* After a RandomResizedCrop (bicubic) and flip, on RGB and on gray
+     * repeated to 3 channels: the scratch holds the bytes, and the values
+     * stay in [0, 1] on 8-bit steps. */
+    for (int c = 1; c <= 3; c += 2) {
+        cl_image big = {0};
+        REQUIRE_OK(cl_image_reserve(&big, 70, 90, c));
+        pattern(big.data, 70, 90, c, 9);
+        cl_transform_opts o = cl_transform_opts_imagenet_train(48);
+        o.normalize = 0;
+        o.interpolation = CL_INTERP_BICUBIC;
+        o.auto_augment = CL_AUTO_AUGMENT_RANDAUGMENT;
+        o.ra_num_ops = 4;
+        o.ra_magnitude = 30;
+        cl_transforms *tf = NULL;
+        REQUIRE_OK(cl_transforms_create(&tf, &o));
+        cl_tf_scratch scr = {NULL, 0};
+        static float x[3 * 48 * 48];
+        int bad = 0;
+        for (int t = 0; t < 20; t++) {
+            cl_rng r;
+            cl_rng_init(&r, 8, (uint64_t)t);
+            REQUIRE_OK(cl_transforms_apply(tf, &big, &r, &scr, x));
+            for (int i = 0; i < 3 * 48 * 48; i++) {
+                float v = x[i] * 255.0f;
+                bad += !(v >= 0 && v <= 255) || fabsf(v - roundf(v)) > 1e-3f;
+            }
+        }
+        CHECK(bad == 0);
+        cl_transforms_scratch_free(&scr);
+        cl_transforms_destroy(tf);
+        cl_image_free(&big);
+    }
     /* Out-of-range options are refused naming the field. */
     cl_transform_opts o = aug_opts(3, S, 3);
     cl_transforms *tf = NULL;
