@@ -123,6 +123,38 @@ CL_TEST(deterministic_across_workers)
     cl_dataset_close(ds);
 }
 
+/* The auto-augment policies draw from each sample's own stream too: the
+ * batches do not depend on the worker count, and differ by policy. */
+CL_TEST(auto_augment_deterministic_across_workers)
+{
+    cl_dataset *ds = make_ds("det_aug", 61);
+    REQUIRE(ds);
+    uint64_t h[3][3];
+    for (int p = 0; p < 3; p++) {
+        cl_transform_opts to =
+            cl_transform_opts_small_train(3, 10, 9, 2, 0.5f, NULL, NULL);
+        to.auto_augment = p;
+        to.erase_prob = 0.25f;
+        cl_transforms *tf = NULL;
+        REQUIRE_OK(cl_transforms_create(&tf, &to));
+        const int nw[3] = {0, 1, 3};
+        for (int k = 0; k < 3; k++) {
+            cl_loader_opts o = base_opts(ds, tf);
+            o.workers = nw[k];
+            cl_loader *ld = NULL;
+            REQUIRE_OK(cl_loader_create(&ld, &o));
+            int64_t n = 0;
+            h[p][k] = epoch_hash(ld, 0, &n);
+            CHECK(n == 61);
+            cl_loader_destroy(ld);
+        }
+        CHECK(h[p][0] != 0 && h[p][1] == h[p][0] && h[p][2] == h[p][0]);
+        cl_transforms_destroy(tf);
+    }
+    CHECK(h[0][0] != h[1][0] && h[1][0] != h[2][0] && h[0][0] != h[2][0]);
+    cl_dataset_close(ds);
+}
+
 CL_TEST(shuffle_per_epoch_and_seed)
 {
     cl_dataset *ds = make_ds("shuf", 100);

@@ -123,17 +123,32 @@ cl_status cl_dataset_get(const cl_dataset *ds, int64_t i, int min_side,
 
 /* -------------------------------------------------------------- transforms */
 
+/* The AutoAugment-family policies (torchvision.transforms.autoaugment). */
+typedef enum cl_auto_augment {
+    CL_AUTO_AUGMENT_NONE = 0,
+    CL_AUTO_AUGMENT_TA_WIDE = 1,    /* TrivialAugmentWide(31 bins) */
+    CL_AUTO_AUGMENT_RANDAUGMENT = 2 /* RandAugment(num_ops, magnitude, 31) */
+} cl_auto_augment;
+
+/* The resampling filter of Resize / RandomResizedCrop; both are PIL's,
+ * antialiased when shrinking (support scaled by the shrink factor). */
+typedef enum cl_interpolation {
+    CL_INTERP_BILINEAR = 0, /* triangle, radius 1 */
+    CL_INTERP_BICUBIC = 1   /* Keys cubic a = -0.5 (PIL's), radius 2 */
+} cl_interpolation;
+
 /* What happens to one sample, in this order: Decode -> geometric stage (one
  * of RandomResizedCrop | Resize[+CenterCrop] | RandomCrop with padding,
- * fused into one resampling pass) -> horizontal flip -> ColorJitter ->
- * to float [0,1] -> Normalize -> RandomErasing -> channel conversion
- * (1->3 repetition, 3->1 luma) -> CHW into the caller's buffer.
- * Fields left 0 are off.  An eval pipeline has no random op. */
+ * fused into one resampling pass) -> horizontal flip -> auto augment (on
+ * the image rounded to 8 bits, as torchvision's PIL/uint8 input) -> ColorJitter
+ * -> to float [0,1] -> Normalize -> RandomErasing -> channel conversion (1->3
+ * repetition, 3->1 luma) -> CHW into the caller's buffer. Fields left 0 are
+ * off.  An eval pipeline has no random op. */
 typedef struct cl_transform_opts {
     int out_c, out_h, out_w; /* what the model wants */
     /* Resize: shorter side to `resize` (aspect kept), or exactly
-     * resize_h x resize_w when both > 0.  Bilinear (triangle filter, so a
-     * large downscale is antialiased as PIL's is). */
+     * resize_h x resize_w when both > 0.  The `interpolation` filter
+     * (bilinear by default), antialiased on a large downscale as PIL's. */
     int resize;
     int resize_h, resize_w;
     /* CenterCrop to out_h x out_w after Resize. */
@@ -152,6 +167,11 @@ typedef struct cl_transform_opts {
     float erase_prob;      /* RandomErasing(p, scale, ratio, value 0) */
     float erase_scale[2];  /* default 0.02, 0.33 */
     float erase_ratio[2];  /* default 0.3, 3.3 */
+    int auto_augment;      /* cl_auto_augment; none by default */
+    /* RandAugment: ops per image (0..16) and the magnitude bin (0..30);
+     * both 0 means torchvision's 2 and 9. */
+    int ra_num_ops, ra_magnitude;
+    int interpolation; /* cl_interpolation; bilinear by default */
 } cl_transform_opts;
 
 #define CL_IMAGENET_MEAN                                                       \

@@ -70,4 +70,44 @@ int cl__path_kind(const char *path);
 /* Concatenates a/b into out (size cap); CL_ERR_LIMIT if too long. */
 cl_status cl__path_join(char *out, size_t cap, const char *a, const char *b);
 
+/* The AutoAugment family (autoaugment.c): torchvision's op list, in its
+ * order, applied to 8-bit HWC images. */
+enum {
+    CL__AUG_IDENTITY,
+    CL__AUG_SHEAR_X,
+    CL__AUG_SHEAR_Y,
+    CL__AUG_TRANSLATE_X,
+    CL__AUG_TRANSLATE_Y,
+    CL__AUG_ROTATE,
+    CL__AUG_BRIGHTNESS,
+    CL__AUG_COLOR,
+    CL__AUG_CONTRAST,
+    CL__AUG_SHARPNESS,
+    CL__AUG_POSTERIZE,
+    CL__AUG_SOLARIZE,
+    CL__AUG_AUTOCONTRAST,
+    CL__AUG_EQUALIZE,
+    CL__AUG_OP_COUNT
+};
+enum {
+    CL__AUG_BINS = 31,   /* num_magnitude_bins of both policies */
+    CL__AUG_MAX_OPS = 16 /* the most RandAugment ops per image */
+};
+
+const char *cl__aug_op_name(int op);
+/* Bin `bin` (0..30) of op's magnitudes under policy (CL_AUTO_AUGMENT_*),
+ * unsigned; h, w size RandAugment's translations.  0 for the ops without a
+ * magnitude. */
+double cl__aug_magnitude(int policy, int op, int bin, int h, int w);
+/* Draws the policy's ops and signed magnitudes from r, in the order they
+ * apply; returns how many (1 for TrivialAugmentWide, num_ops else). */
+int cl__aug_draw(int policy, int num_ops, int magnitude, int h, int w,
+                 cl_rng *r, int *ops, double *mags);
+/* One op on img: (h, w, c) uint8, in place; tmp: h * w * c bytes. */
+void cl__aug_apply_op(uint8_t *img, uint8_t *tmp, int h, int w, int c, int op,
+                      double mag);
+/* cl__aug_draw, then each op in turn. */
+void cl__aug_apply(int policy, int num_ops, int magnitude, uint8_t *img,
+                   uint8_t *tmp, int h, int w, int c, cl_rng *r);
+
 #endif

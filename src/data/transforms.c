@@ -1,11 +1,12 @@
 /* Per-sample transforms: one fused resampling pass (crop / resize / flip),
- * colour jitter, normalisation, random erasing, float CHW output. */
+ * auto augment, colour jitter, normalisation, random erasing, float CHW
+ * output. */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/mem.h"
-#include "data/data.h"
+#include "data/data_internal.h"
 
 struct cl_transforms {
     cl_transform_opts o;
@@ -160,6 +161,30 @@ cl_status cl_transforms_create(cl_transforms **out,
                             "transforms erase scale/ratio: expected 0 < lo "
                             "<= hi (scale <= 1)");
     }
+    if (o.auto_augment < CL_AUTO_AUGMENT_NONE ||
+        o.auto_augment > CL_AUTO_AUGMENT_RANDAUGMENT)
+        return cl_error(CL_ERR_CONFIG,
+                        "transforms auto_augment = %d: expected none (0), "
+                        "ta_wide (1) or randaugment (2)",
+                        o.auto_augment);
+    if (o.auto_augment == CL_AUTO_AUGMENT_RANDAUGMENT && o.ra_num_ops == 0 &&
+        o.ra_magnitude == 0) {
+        o.ra_num_ops = 2;
+        o.ra_magnitude = 9;
+    }
+    if (o.ra_num_ops < 0 || o.ra_num_ops > CL__AUG_MAX_OPS ||
+        o.ra_magnitude < 0 || o.ra_magnitude >= CL__AUG_BINS)
+        return cl_error(CL_ERR_CONFIG,
+                        "transforms ra_num_ops %d / ra_magnitude %d: "
+                        "expected 0..%d and 0..%d",
+                        o.ra_num_ops, o.ra_magnitude, CL__AUG_MAX_OPS,
+                        CL__AUG_BINS - 1);
+    if (o.interpolation != CL_INTERP_BILINEAR &&
+        o.interpolation != CL_INTERP_BICUBIC)
+        return cl_error(CL_ERR_CONFIG,
+                        "transforms interpolation = %d: expected bilinear "
+                        "(0) or bicubic (1)",
+                        o.interpolation);
     if (o.normalize) {
         for (int c = 0; c < o.out_c; c++)
             if (!(o.std[c] > 0) || !isfinite(o.mean[c]))
@@ -175,7 +200,7 @@ cl_status cl_transforms_create(cl_transforms **out,
         tf->unit[v] = (float)v / 255.0f;
     tf->random = o.random_resized_crop || o.random_crop || o.hflip_prob > 0 ||
                  o.brightness > 0 || o.contrast > 0 || o.saturation > 0 ||
-                 o.erase_prob > 0;
+                 o.erase_prob > 0 || o.auto_augment != CL_AUTO_AUGMENT_NONE;
     *out = tf;
     return CL_OK;
 }
@@ -376,21 +401,34 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
     return CL_OK;
 }
 
-/* Triangle-filter weights for n outputs over [x0, x0+len) clamped to
- * [lo, hi): PIL's bilinear resampling, antialiased when shrinking. */
-static int filter_taps(double len, int n)
+/* Resampling weights for n outputs over [x0, x0+len) clamped to [lo, hi):
+ * PIL's triangle (bilinear, radius 1) or cubic (bicubic, radius 2) filter,
+ * stretched by the shrink factor so that a downscale is antialiased. */
+static int filter_taps(double len, int n, int radius)
 {
     double scale = len / n;
-    double support = scale > 1 ? scale : 1;
+    double support = (scale > 1 ? scale : 1) * radius;
     return (int)ceil(support) * 2 + 2;
 }
 
+/* PIL's bicubic kernel: Keys' cubic convolution with a = -0.5. */
+static double cubic(double d)
+{
+    const double a = -0.5;
+    if (d < 1)
+        return ((a + 2) * d - (a + 3)) * d * d + 1;
+    if (d < 2)
+        return (((d - 5) * d + 8) * d - 4) * a;
+    return 0;
+}
+
 static void filter_weights(double x0, double len, int n, int lo, int hi,
-                           int taps, int *first, int *count, float *wt)
+                           int radius, int taps, int *first, int *count,
+                           float *wt)
 {
     double scale = len / n;
     double fs = scale > 1 ? scale : 1;
-    double support = fs;
+    double support = fs * radius;
     for (int i = 0; i < n; i++) {
         double center = x0 + (i + 0.5) * scale;
         int a = (int)floor(center - support + 0.5);
@@ -405,7 +443,7 @@ static void filter_weights(double x0, double len, int n, int lo, int hi,
         float *w = wt + (size_t)i * taps;
         for (int k = a; k < b; k++) {
             double d = fabs((k + 0.5 - center) / fs);
-            double v = d < 1 ? 1 - d : 0;
+            double v = radius == 2 ? cubic(d) : (d < 1 ? 1 - d : 0);
             w[k - a] = (float)v;
             sum += v;
         }
@@ -528,12 +566,19 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
     size_t npx = (size_t)oh * ow * C;
     int tx = 0, ty = 0;
     size_t need = npx;
+    int radius = o->interpolation == CL_INTERP_BICUBIC ? 2 : 1;
+    /* Auto augment: the image and a work copy as bytes, after the rest. */
+    size_t aug_at = 0;
     if (!win.exact) {
-        tx = filter_taps(win.cw, ow);
-        ty = filter_taps(win.ch, oh);
+        tx = filter_taps(win.cw, ow, radius);
+        ty = filter_taps(win.ch, oh, radius);
         /* tmp rows x ow x C, weights and tap ranges for both axes. */
         need += (size_t)H * ow * C + (size_t)ow * tx + (size_t)oh * ty +
                 2 * (size_t)(ow + oh);
+    }
+    if (o->auto_augment != CL_AUTO_AUGMENT_NONE) {
+        aug_at = need;
+        need += (2 * npx + sizeof(float) - 1) / sizeof(float);
     }
     s = scratch_need(scratch, need);
     if (s != CL_OK)
@@ -563,8 +608,10 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
         float *wy = wx + (size_t)ow * tx;
         int *fx = (int *)(wy + (size_t)oh * ty);
         int *nx = fx + ow, *fy = nx + ow, *ny = fy + oh;
-        filter_weights(win.x0, win.cw, ow, win.xlo, win.xhi, tx, fx, nx, wx);
-        filter_weights(win.y0, win.ch, oh, win.ylo, win.yhi, ty, fy, ny, wy);
+        filter_weights(win.x0, win.cw, ow, win.xlo, win.xhi, radius, tx, fx, nx,
+                       wx);
+        filter_weights(win.y0, win.ch, oh, win.ylo, win.yhi, radius, ty, fy, ny,
+                       wy);
         int r0 = fy[0], r1 = fy[0] + ny[0];
         for (int y = 0; y < oh; y++) {
             if (fy[y] < r0)
@@ -601,6 +648,11 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
                     t[flip ? ow - 1 - x : x] = a0;
                 }
             }
+            /* PIL stores the horizontal pass in 8 bits: clip the cubic's
+             * overshoot before the vertical pass reads it. */
+            if (radius == 2)
+                for (size_t i = 0; i < (size_t)ow * C; i++)
+                    t[i] = t[i] < 0 ? 0 : (t[i] > 255 ? 255 : t[i]);
         }
         for (int y = 0; y < oh; y++) {
             const float *w = wy + (size_t)y * ty;
@@ -615,10 +667,22 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
                     d[i] += wk * t[i];
             }
             /* Triangle weights are non-negative, so only rounding can
-             * leave [0,1]; clamp as an 8-bit resize would. */
+             * leave [0,1] (the cubic's negative lobes can overshoot); clamp
+             * as an 8-bit resize would. */
             for (size_t i = 0; i < rowlen; i++)
                 d[i] = clamp01(d[i]);
         }
+    }
+    if (o->auto_augment != CL_AUTO_AUGMENT_NONE) {
+        /* torchvision augments the 8-bit image the resize produced: round
+         * to bytes, augment, and come back through the same v / 255. */
+        uint8_t *u8 = (uint8_t *)(scratch->buf + aug_at);
+        for (size_t i = 0; i < npx; i++)
+            u8[i] = (uint8_t)(px[i] * 255.0f + 0.5f);
+        cl__aug_apply(o->auto_augment, o->ra_num_ops, o->ra_magnitude, u8,
+                      u8 + npx, oh, ow, C, rng);
+        for (size_t i = 0; i < npx; i++)
+            px[i] = tf->unit[u8[i]];
     }
     if (o->brightness > 0 || o->contrast > 0 || o->saturation > 0)
         color_jitter(o, px, oh * ow, C, rng);

@@ -60,6 +60,9 @@ static const char *const v_dist[] = {CL_CFG_DISTS(SPELLING, _) NULL};
 static const char *const v_grad_sync[] = {CL_CFG_GRAD_SYNCS(SPELLING, _) NULL};
 static const char *const v_log[] = {"error", "warn", "info", "debug", NULL};
 static const char *const v_progress[] = {CL_CFG_PROGRESSES(SPELLING, _) NULL};
+static const char *const v_auto_augment[] = {CL_CFG_AUTO_AUGMENTS(SPELLING, _)
+                                                 NULL};
+static const char *const v_interp[] = {CL_CFG_INTERPOLATIONS(SPELLING, _) NULL};
 
 /* Other spellings of enum values (mindcv's), as {key, spelling, value}. */
 static const char *const value_aliases[][3] = {
@@ -155,6 +158,9 @@ static const key keys[] = {
     K_BOOL(eval_hflip, "false",
            "eval: average the logits of each image and its left-right mirror "
            "(flip test-time augmentation; twice the eval work)"),
+    K_ENUM(interpolation, v_interp, "bilinear",
+           "resampling filter of the resize and RandomResizedCrop, train and "
+           "eval (PIL's, antialiased when shrinking)"),
 
     GROUP("augmentation (training only)"),
     K_INT(random_crop_padding, 0, 256, "0",
@@ -193,6 +199,12 @@ static const key keys[] = {
      .hint = " (0..1 units as torchvision; divide mindcv's 0..255 values by "
              "255)",
      .help = "Normalize std per channel"},
+    K_ENUM(auto_augment, v_auto_augment, "none",
+           "torchvision's TrivialAugmentWide (ta_wide) or RandAugment after "
+           "the crop and flip"),
+    K_INT(ra_num_ops, 1, 16, "2", "RandAugment: ops applied per image"),
+    K_INT(ra_magnitude, 0, 30, "9",
+          "RandAugment: magnitude bin (of 31) every op uses"),
     K_FLT(re_prob, 0, 0, 1, 0, "0", "RandomErasing probability"),
     K_FLT(mixup, 0, 0, BIG, 0, "0", "MixUp alpha (0: off)"),
     K_FLT(cutmix, 0, 0, BIG, 0, "0",

@@ -68,6 +68,13 @@
     X(P, AUTO, "auto")                                                         \
     X(P, BAR, "bar")                                                           \
     X(P, PLAIN, "plain")
+#define CL_CFG_AUTO_AUGMENTS(X, P)                                             \
+    X(P, NONE, "none")                                                         \
+    X(P, TA_WIDE, "ta_wide")                                                   \
+    X(P, RANDAUGMENT, "randaugment")
+#define CL_CFG_INTERPOLATIONS(X, P)                                            \
+    X(P, BILINEAR, "bilinear")                                                 \
+    X(P, BICUBIC, "bicubic")
 #define CL_CFG_ENUM_VALUE(P, name, spelling) P##name,
 enum { CL_CFG_DATASETS(CL_CFG_ENUM_VALUE, CL_CFG_DATASET_) };
 enum { CL_CFG_MODELS(CL_CFG_ENUM_VALUE, CL_CFG_MODEL_) };
@@ -81,6 +88,8 @@ enum { CL_CFG_BAD_IMAGES(CL_CFG_ENUM_VALUE, CL_CFG_BAD_IMAGE_) };
 enum { CL_CFG_DISTS(CL_CFG_ENUM_VALUE, CL_CFG_DIST_) };
 enum { CL_CFG_GRAD_SYNCS(CL_CFG_ENUM_VALUE, CL_CFG_GRAD_SYNC_) };
 enum { CL_CFG_PROGRESSES(CL_CFG_ENUM_VALUE, CL_CFG_PROGRESS_) };
+enum { CL_CFG_AUTO_AUGMENTS(CL_CFG_ENUM_VALUE, CL_CFG_AUTO_AUGMENT_) };
+enum { CL_CFG_INTERPOLATIONS(CL_CFG_ENUM_VALUE, CL_CFG_INTERP_) };
 /* log_level holds a cl_log_level (core/log.h): error, warn, info, debug. */
 
 /* Booleans are ints (0/1); enums are ints as above; lists carry a count.
@@ -103,6 +112,7 @@ typedef struct cl_config {
     int image_size;  /* the model's input side */
     double crop_pct; /* eval: resize to image_size / crop_pct, center crop */
     int eval_hflip;  /* eval: average the logits of image and mirror */
+    int interpolation; /* CL_CFG_INTERP_*: resize filter, train and eval */
     /* ---- augmentation (training only) ---- */
     int random_crop_padding; /* RandomCrop(image_size, padding); 0 off */
     double hflip;            /* probability */
@@ -117,6 +127,9 @@ typedef struct cl_config {
     int n_mean;
     double std[CL_CFG_MAX_CHANNELS];
     int n_std;
+    int auto_augment; /* CL_CFG_AUTO_AUGMENT_* */
+    int ra_num_ops;   /* RandAugment ops per image */
+    int ra_magnitude; /* RandAugment magnitude bin of 31 */
     double re_prob; /* RandomErasing probability */
     double mixup;   /* alpha; 0 off */
     double cutmix;  /* alpha; 0 off */

@@ -141,6 +141,13 @@ cl_status cl_recipe_transforms(const cl_config *cfg, int h, int w, int c,
             o.saturation =
                 (float)cfg->color_jitter[cfg->n_color_jitter > 2 ? 2 : 0];
         }
+        o.auto_augment = cfg->auto_augment == CL_CFG_AUTO_AUGMENT_TA_WIDE
+                             ? CL_AUTO_AUGMENT_TA_WIDE
+                         : cfg->auto_augment == CL_CFG_AUTO_AUGMENT_RANDAUGMENT
+                             ? CL_AUTO_AUGMENT_RANDAUGMENT
+                             : CL_AUTO_AUGMENT_NONE;
+        o.ra_num_ops = cfg->ra_num_ops;
+        o.ra_magnitude = cfg->ra_magnitude;
         o.erase_prob = (float)cfg->re_prob;
         if (o.erase_prob > 0) {
             o.erase_scale[0] = 0.02f;
@@ -155,6 +162,9 @@ cl_status cl_recipe_transforms(const cl_config *cfg, int h, int w, int c,
         o.rrc_ratio[0] = 0.75f;
         o.rrc_ratio[1] = 4.0f / 3.0f;
     }
+    o.interpolation = cfg->interpolation == CL_CFG_INTERP_BICUBIC
+                          ? CL_INTERP_BICUBIC
+                          : CL_INTERP_BILINEAR;
     norm_of(cfg, c, &o);
     *out = o;
     return CL_OK;
