@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/vs_pytorch.sh: torchvision ResNet training step
-(forward, cross-entropy, backward, momentum SGD) and inference throughput on
+"""PyTorch side of bench/vs_pytorch.sh: a torchvision ResNet or Swin
+(tools/torch_models.py) training step (forward, cross-entropy, backward,
+momentum SGD) and inference throughput on
 synthetic data, with the same knobs as `classic bench`.  Prints one line
 `torch: mode=... img_s=... rss_mb=...` per mode."""
 import argparse
 import resource
 import time
 
+import os
+import sys
+
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+import torch_models  # noqa: E402
 
 
 def main():
@@ -26,7 +32,7 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1234)
-    model = getattr(torchvision.models, a.arch)(num_classes=a.classes)
+    model = torch_models.build(a.arch, a.classes)
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch,))
     modes = ["train", "infer"] if a.mode == "both" else [a.mode]

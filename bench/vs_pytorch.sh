@@ -1,7 +1,8 @@
 #!/bin/sh
 # classic vs PyTorch, side by side in one invocation: ResNet-50 (10 classes,
-# ImageNet stem, fp32) training at 32x32 batch 32 and 128 and at 224x224
-# batch 16, inference at 224x224 batch 16; each config runs `classic bench`
+# ImageNet stem, fp32; ARCH=swin_t for Swin-T) training at 32x32 batch 32
+# and 128 and at 224x224 batch 16, inference at 224x224 batch 16 (Swin:
+# CONFIGS="train224b16 infer224b16"); each config runs `classic bench`
 # and then bench/torch_bench.py with the same threads, batch, resolution,
 # warm-up and steps.  Prints a table of img/s, the ratio, MFU and peak RSS.
 #
@@ -15,6 +16,11 @@ CLASSIC=${1:-${CLASSIC:-$ROOT/build/classic}}
 THREADS=${THREADS:-2}
 PY=/usr/bin/python3
 CONFIGS=${CONFIGS:-"train32x32b32 train32x32b128 train224b16 infer224b16"}
+ARCH=${ARCH:-resnet50}
+case $ARCH in
+resnet*) STEM="--stem imagenet" ;;
+*) STEM="" ;;
+esac
 REPEAT=${REPEAT:-2}
 
 if [ ! -x "$CLASSIC" ]; then
@@ -24,6 +30,13 @@ fi
 if ! $PY -c "import torch, torchvision" 2>/dev/null; then
     echo "vs_pytorch: installing python3-torch python3-torchvision" >&2
     apt-get install -y python3-torch python3-torchvision >&2
+fi
+# Debian's torch runs nn.Linear through the system BLAS: with only the
+# reference libblas3 a transformer trains ~8x slower than with OpenBLAS,
+# which is what a user of the peer would have installed.
+if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
+    echo "vs_pytorch: installing libopenblas0-pthread for torch" >&2
+    apt-get install -y libopenblas0-pthread >&2
 fi
 
 # field KEY LINE: the value of KEY=... in LINE.
@@ -67,10 +80,10 @@ for c in $CONFIGS; do
     r=0
     while [ $r -lt "$REPEAT" ]; do
         r=$((r + 1))
-        out=$("$CLASSIC" bench --arch resnet50 --stem imagenet $args)
+        out=$("$CLASSIC" bench --arch "$ARCH" $STEM $args)
         echo "$out" >&2
         cl=$(best "$cl" "$(echo "$out" | grep "^bench: mode=$mode")")
-        out=$($PY "$ROOT/bench/torch_bench.py" --arch resnet50 $args)
+        out=$($PY "$ROOT/bench/torch_bench.py" --arch "$ARCH" $args)
         echo "$out" >&2
         pt=$(best "$pt" "$(echo "$out" | grep "^torch: mode=$mode")")
     done
