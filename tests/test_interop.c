@@ -1567,3 +1567,39 @@ CL_TEST(mindspore_swin_refusals)
     cl_graph_free(&g2);
     cl_graph_free(&g1);
 }
+
+/* The Swin rules name by name: whole names, stage and block written
+ * plainly, derived tensors ignored. */
+CL_TEST(mindspore_swin_name_rules)
+{
+    static const struct {
+        const char *ms, *tv;
+        int part;
+    } cases[] = {
+        {"network.layers.1.blocks.0.attn.k.bias", "features.3.0.attn.qkv.bias",
+         1},
+        {"layers.0.blocks.1.attn.v.weight", "features.1.1.attn.qkv.weight", 2},
+        {"layers.2.blocks.5.mlp.fc2.bias", "features.5.5.mlp.3.bias", -1},
+        {"layers.2.downsample.norm.beta", "features.6.norm.bias", -1},
+        {"layers.0.downsample.reduction.weight", "features.2.reduction.weight",
+         -1},
+        {"patch_embed.norm.gamma", "features.0.2.weight", -1},
+        {"classifier.bias", "head.bias", -1}};
+    char out[160];
+    int part;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(cl_ms_map_swin_name(cases[i].ms, out, sizeof out, &part) == 1);
+        CHECK(strcmp(out, cases[i].tv) == 0 && part == cases[i].part);
+    }
+    static const char *const ignored[] = {
+        "layers.0.blocks.1.attn_mask",
+        "layers.3.blocks.0.attn.relative_bias.index",
+        "adam_m.layers.0.blocks.0.attn.q.weight", "global_step"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        CHECK(cl_ms_map_swin_name(ignored[i], out, sizeof out, &part) == 0);
+    static const char *const unknown[] = {
+        "layers.01.blocks.0.norm1.gamma", "layers.0.blocks.0.attn.qkv.weight",
+        "absolute_pos_embed", "layers.0.blocks.0.norm1.weight", "fc.weight"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        CHECK(cl_ms_map_swin_name(unknown[i], out, sizeof out, &part) == -1);
+}
