@@ -610,6 +610,7 @@ typedef struct ms_entry {
     int mapped;     /* 0: a name the rules do not know */
     int n_part;     /* 1, 3 (q, k, v), or 0 (computed) */
     int part[3];    /* checkpoint tensor of each part; -1: missing */
+    int which;      /* before merging: the part (q 0, k 1, v 2) it holds */
     int index_ws;   /* n_part 0: the window of the computed index */
     cl_shape shape; /* the tensor's: the parts' rows added up */
     int dead;       /* merged into another entry */
@@ -660,45 +661,37 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
     if (p->n < 1)
         return CL_OK;
     name_ix *ix = cl_alloc((size_t)p->n * sizeof *ix, "checkpoint plan");
-    int *ord = cl_alloc((size_t)p->n * sizeof *ord, "checkpoint plan");
-    if (!ix || !ord) {
-        cl_free(ix);
-        cl_free(ord);
+    if (!ix)
         return CL_ERR_NOMEM;
-    }
     for (int i = 0; i < p->n; i++)
         ix[i] = (name_ix){p->e[i].name, i};
     qsort(ix, (size_t)p->n, sizeof *ix, by_entry);
-    for (int i = 0; i < p->n; i++)
-        ord[i] = ix[i].i;
-    cl_free(ix);
     char list[900] = "";
     int count = 0;
     for (int i = 0; i < p->n;) {
         int j = i + 1;
-        while (j < p->n && strcmp(p->e[ord[i]].name, p->e[ord[j]].name) == 0)
+        while (j < p->n && strcmp(p->e[ix[i].i].name, p->e[ix[j].i].name) == 0)
             j++;
-        ms_entry *head = &p->e[ord[i]];
+        ms_entry *head = &p->e[ix[i].i];
         int stacked = 1, plain = 0;
         for (int k = i; k < j; k++) {
-            stacked &= p->e[ord[k]].n_part == 3;
-            plain += p->e[ord[k]].n_part != 3;
+            stacked &= p->e[ix[k].i].n_part == 3;
+            plain += p->e[ix[k].i].n_part != 3;
         }
         char item[640];
         if (plain && j - i > 1) {
             snprintf(item, sizeof item, "%s and %s both map to %s", head->from,
-                     p->e[ord[i + 1]].from, head->name);
+                     p->e[ix[i + 1].i].from, head->name);
             list_add(list, sizeof list, &count, item);
         }
         if (stacked) {
             /* Gather the run's parts into its first entry. */
             int got[3] = {-1, -1, -1}, twice = 0;
             for (int k = i; k < j; k++) {
-                ms_entry *e = &p->e[ord[k]];
-                int which = e->index_ws; /* the part, while unmerged */
-                if (got[which] >= 0)
+                ms_entry *e = &p->e[ix[k].i];
+                if (got[e->which] >= 0)
                     twice = 1;
-                got[which] = e->part[0];
+                got[e->which] = e->part[0];
                 if (e != head)
                     e->dead = 1;
             }
@@ -707,7 +700,6 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
                                                  : got[2]]
                                   .name;
             char nm[136], a[64], b[64];
-            head->index_ws = 0;
             for (int k = 0; k < 3; k++)
                 head->part[k] = got[k];
             if (twice) {
@@ -757,7 +749,7 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
         }
         i = j;
     }
-    cl_free(ord);
+    cl_free(ix);
     if (count)
         return cl_error(CL_ERR_FORMAT,
                         "%s: %d tensor(s) do not map one to one "
@@ -812,7 +804,7 @@ static cl_status ms_plan_build(ms_plan *p, const cl_ms_ckpt *c,
         e->mapped = m > 0;
         e->n_part = part >= 0 ? 3 : 1;
         e->part[0] = i;
-        e->index_ws = part >= 0 ? part : 0; /* the part, until merged */
+        e->which = part >= 0 ? part : 0;
         e->shape = c->t[i].shape;
         p->n++;
     }
