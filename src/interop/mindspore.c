@@ -672,7 +672,7 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
         int j = i + 1;
         while (j < p->n && strcmp(p->e[ix[i].i].name, p->e[ix[j].i].name) == 0)
             j++;
-        ms_entry *head = &p->e[ix[i].i];
+        ms_entry *lead = &p->e[ix[i].i];
         int stacked = 1, plain = 0;
         for (int k = i; k < j; k++) {
             stacked &= p->e[ix[k].i].n_part == 3;
@@ -680,19 +680,19 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
         }
         char item[640];
         if (plain && j - i > 1) {
-            snprintf(item, sizeof item, "%s and %s both map to %s", head->from,
-                     p->e[ix[i + 1].i].from, head->name);
+            snprintf(item, sizeof item, "%s and %s both map to %s", lead->from,
+                     p->e[ix[i + 1].i].from, lead->name);
             list_add(list, sizeof list, &count, item);
         }
         if (stacked) {
-            /* Gather the run's parts into its first entry. */
+            /* Gather the run's parts into its first entry, the lead. */
             int got[3] = {-1, -1, -1}, twice = 0;
             for (int k = i; k < j; k++) {
                 ms_entry *e = &p->e[ix[k].i];
                 if (got[e->which] >= 0)
                     twice = 1;
                 got[e->which] = e->part[0];
-                if (e != head)
+                if (e != lead)
                     e->dead = 1;
             }
             const char *any = c->t[got[0] >= 0   ? got[0]
@@ -701,11 +701,11 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
                                   .name;
             char nm[136], a[64], b[64];
             for (int k = 0; k < 3; k++)
-                head->part[k] = got[k];
+                lead->part[k] = got[k];
             if (twice) {
                 snprintf(item, sizeof item,
                          "two checkpoint names for one of q, k, v of %s",
-                         head->name);
+                         lead->name);
                 list_add(list, sizeof list, &count, item);
             }
             for (int k = 0; k < 3; k++)
@@ -713,10 +713,11 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
                     part_name(any, k, nm, sizeof nm);
                     snprintf(item, sizeof item,
                              "%s missing (%s stacks q, k and v)", nm,
-                             head->name);
+                             lead->name);
                     list_add(list, sizeof list, &count, item);
                 }
             int first = got[0] >= 0 ? 0 : got[1] >= 0 ? 1 : 2;
+            const char first_c = "qkv"[first];
             const cl_shape *s0 = &c->t[got[first]].shape;
             for (int k = 0; k < 3; k++)
                 if (got[k] >= 0 && !same_shape(&c->t[got[k]].shape, s0)) {
@@ -725,8 +726,7 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
                     snprintf(item, sizeof item,
                              "%s is %s where %c is %s (q, k and v must "
                              "have one shape to stack into %s)",
-                             c->t[got[k]].name, a, "qkv"[first], b,
-                             head -> name);
+                             c->t[got[k]].name, a, first_c, b, lead->name);
                     list_add(list, sizeof list, &count, item);
                 }
             if (s0->ndim < 1 || s0->d[0] > ((int64_t)1 << 40)) {
@@ -735,15 +735,15 @@ static cl_status ms_plan_merge(ms_plan *p, const cl_ms_ckpt *c,
                          c->t[got[first]].name, a);
                 list_add(list, sizeof list, &count, item);
             } else {
-                head->shape = *s0;
-                head->shape.d[0] = 3 * s0->d[0];
+                lead->shape = *s0;
+                lead->shape.d[0] = 3 * s0->d[0];
             }
             part_name(any, 0, nm, sizeof nm);
             char *a6 = strstr(nm, ".attn.");
             if (a6 && a6[6] && a6[7] == '.') {
                 a6[6] = '\0';
                 /* A longer name is cut, in a message only. */
-                snprintf(head->from, sizeof head->from, "%.100s{q,k,v}%.28s",
+                snprintf(lead->from, sizeof lead->from, "%.100s{q,k,v}%.28s",
                          nm, a6 + 7);
             }
         }
