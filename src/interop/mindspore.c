@@ -1,6 +1,7 @@
 /* MindSpore .ckpt import: an audited reader of the checkpoint protobuf and
- * the rules that map MindSpore ResNet names (mindcv, model zoo) onto
- * torchvision's. */
+ * the rules that map MindSpore names onto torchvision's: ResNet (mindcv,
+ * model zoo) name by name, mindcv's Swin with its q, k, v stacked into
+ * one qkv. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
