@@ -18,6 +18,7 @@
 #include "interop/interop.h"
 #include "interop/protobuf.h"
 #include "io/safetensors.h"
+#include "models/arch.h"
 #include "models/resnet.h"
 #include "train/model.h"
 
@@ -1251,4 +1252,354 @@ CL_TEST(mindspore_name_rules)
                                           "scale_sense"};
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         CHECK(cl_ms_map_name(ignored[i], out, sizeof out) == 0);
+}
+
+/* ---- MindSpore: mindcv's Swin ----------------------------------------- */
+
+static cl_status build_swin_micro(cl_graph *g, int k, int batch)
+{
+    cl_arch a;
+    CL_TRY(cl_arch_parse("swin_micro", NULL, &a));
+    cl_arch_set_io(&a, 3, k);
+    CL_TRY(cl_graph_init(g, batch));
+    cl_status s = cl_arch_build(g, &a, 32, 32, 0, 0.0f);
+    if (s != CL_OK)
+        cl_graph_free(g);
+    return s;
+}
+
+/* Distinct values in every parameter (norm scales near 1). */
+static void swin_fill(cl_graph *g)
+{
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (gt->kind != CL_GT_PARAM)
+            continue;
+        float *v = cl_graph_param(g, t);
+        int norm = strstr(gt->name, "norm") && ends_with(gt->name, ".weight");
+        for (size_t j = 0; j < (size_t)cl_graph_numel(g, t); j++)
+            v[j] = (float)((norm ? 1 : 0) + 0.1 * golden_s(gt->name, j));
+    }
+}
+
+/* mindcv's name of torchvision name tv (the inverse of the import's
+ * rules, written out independently); "" for qkv, written in parts. */
+static void swin_ms_name(const char *tv, char *out, size_t n)
+{
+    static const char *const leaf[][2] = {
+        {"norm1.weight", "norm1.gamma"},
+        {"norm1.bias", "norm1.beta"},
+        {"norm2.weight", "norm2.gamma"},
+        {"norm2.bias", "norm2.beta"},
+        {"attn.relative_position_bias_table",
+         "attn.relative_bias.relative_position_bias_table"},
+        {"attn.proj.weight", "attn.proj.weight"},
+        {"attn.proj.bias", "attn.proj.bias"},
+        {"mlp.0.weight", "mlp.fc1.weight"},
+        {"mlp.0.bias", "mlp.fc1.bias"},
+        {"mlp.3.weight", "mlp.fc2.weight"},
+        {"mlp.3.bias", "mlp.fc2.bias"},
+        {"reduction.weight", "downsample.reduction.weight"},
+        {"norm.weight", "downsample.norm.gamma"},
+        {"norm.bias", "downsample.norm.beta"}};
+    int f = 0, b = 0, used = 0;
+    out[0] = '\0';
+    if (strncmp(tv, "features.0.0.", 13) == 0)
+        snprintf(out, n, "patch_embed.proj.%s", tv + 13);
+    else if (strcmp(tv, "features.0.2.weight") == 0)
+        snprintf(out, n, "patch_embed.norm.gamma");
+    else if (strcmp(tv, "features.0.2.bias") == 0)
+        snprintf(out, n, "patch_embed.norm.beta");
+    else if (strcmp(tv, "norm.weight") == 0)
+        snprintf(out, n, "norm.gamma");
+    else if (strcmp(tv, "norm.bias") == 0)
+        snprintf(out, n, "norm.beta");
+    else if (strncmp(tv, "head.", 5) == 0)
+        snprintf(out, n, "classifier.%s", tv + 5);
+    else if (sscanf(tv, "features.%d.%d.%n", &f, &b, &used) == 2 && used) {
+        for (size_t i = 0; i < sizeof leaf / sizeof leaf[0]; i++)
+            if (strcmp(tv + used, leaf[i][0]) == 0)
+                snprintf(out, n, "layers.%d.blocks.%d.%s", (f - 1) / 2, b,
+                         leaf[i][1]);
+    } else if (sscanf(tv, "features.%d.%n", &f, &used) == 1 && used) {
+        for (size_t i = 0; i < sizeof leaf / sizeof leaf[0]; i++)
+            if (strcmp(tv + used, leaf[i][0]) == 0)
+                snprintf(out, n, "layers.%d.%s", f / 2 - 1, leaf[i][1]);
+    }
+}
+
+typedef struct swin_opts {
+    const char *drop;   /* skip this mindcv name */
+    const char *short_; /* write this mindcv name with half its rows */
+} swin_opts;
+
+/* A mindcv Swin checkpoint of g's weights: qkv split into q, k, v; the
+ * one-hot bias index and the shifted blocks' attn_mask as mindcv saves
+ * them; Momentum's moments; no relative_position_index. */
+static int write_swin_ckpt(const char *path, const cl_graph *g,
+                           const swin_opts *o)
+{
+    cl_pb_writer w;
+    cl_pb_writer_init(&w);
+    for (int t = 0; t < g->n_tensors; t++) {
+        const cl_gtensor *gt = &g->tensors[t];
+        if (!cl_gtensor_saved(gt) ||
+            ends_with(gt->name, "relative_position_index"))
+            continue;
+        const float *v = cl_graph_param(g, t);
+        int64_t d[CL_MAX_DIMS];
+        for (int i = 0; i < gt->shape.ndim; i++)
+            d[i] = gt->shape.d[i];
+        size_t n = (size_t)cl_graph_numel(g, t);
+        char name[200];
+        const char *qkv = strstr(gt->name, "attn.qkv.");
+        int parts = qkv ? 3 : 1;
+        for (int k = 0; k < parts; k++) {
+            if (qkv) {
+                int f = 0, b = 0;
+                sscanf(gt->name, "features.%d.%d.", &f, &b);
+                snprintf(name, sizeof name, "layers.%d.blocks.%d.attn.%c.%s",
+                         (f - 1) / 2, b, "qkv"[k], qkv + 9);
+                d[0] = gt->shape.d[0] / 3;
+            } else {
+                swin_ms_name(gt->name, name, sizeof name);
+            }
+            if (!name[0])
+                return -1;
+            if (o && o->drop && strcmp(name, o->drop) == 0)
+                continue;
+            int64_t rows = d[0];
+            if (o && o->short_ && strcmp(name, o->short_) == 0)
+                d[0] /= 2;
+            size_t each = n / (size_t)parts;
+            size_t nb = each / (size_t)rows * (size_t)d[0] * 4;
+            ms_value(&w, name, d, gt->shape.ndim, "Float32",
+                     v + (size_t)k * each, nb);
+            d[0] = rows;
+            char mom[220];
+            snprintf(mom, sizeof mom, "moments.%s", name);
+            ms_value(&w, mom, d, gt->shape.ndim, "Float32",
+                     v + (size_t)k * each, each * 4);
+        }
+        if (ends_with(gt->name, "attn.relative_position_bias_table")) {
+            /* The one-hot of the index: (N*N, table rows), derived. */
+            int f = 0, b = 0;
+            sscanf(gt->name, "features.%d.%d.", &f, &b);
+            int64_t rows = gt->shape.d[0], ws = 1;
+            while ((2 * ws - 1) * (2 * ws - 1) < rows)
+                ws++;
+            int64_t nn = ws * ws * ws * ws, dd[5] = {nn, rows};
+            float *oh = calloc((size_t)(nn * rows), sizeof *oh);
+            if (!oh)
+                return -1;
+            snprintf(name, sizeof name,
+                     "layers.%d.blocks.%d.attn.relative_bias.index",
+                     (f - 1) / 2, b);
+            ms_value(&w, name, dd, 2, "Float32", oh, (size_t)(nn * rows) * 4);
+            if (b % 2 == 1) {
+                int64_t md[5] = {1, 4, 1, ws * ws, ws * ws};
+                snprintf(name, sizeof name, "layers.%d.blocks.%d.attn_mask",
+                         (f - 1) / 2, b);
+                ms_value(&w, name, md, 5, "Float32", oh, (size_t)(4 * nn) * 4);
+            }
+            free(oh);
+        }
+    }
+    float lr = 0.1f;
+    int64_t one = 1;
+    ms_value(&w, "learning_rate", &one, 1, "Float32", &lr, 4);
+    int rc = w.err == CL_OK ? 0 : -1;
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(w.p, 1, w.n, f) != w.n)
+        rc = -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    cl_pb_writer_free(&w);
+    return rc;
+}
+
+static int count_saved(const cl_graph *g, int *n_params)
+{
+    int n = 0;
+    *n_params = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        if (cl_gtensor_saved(&g->tensors[t]) &&
+            !ends_with(g->tensors[t].name, "relative_position_index")) {
+            n++;
+            *n_params += g->tensors[t].kind == CL_GT_PARAM;
+        }
+    return n;
+}
+
+/* A mindcv swin_micro checkpoint written from a classic graph: every
+ * tensor arrives equal to its source (qkv from q, k, v), the logits are the
+ * graph's; derived and optimizer entries are ignored; convert, opening the
+ * .ckpt as a model, --pretrained and `classic info` all read it. */
+CL_TEST(mindspore_mindcv_swin_micro)
+{
+    const char *ck = cl_test_path("swin.ckpt");
+    const char *st = cl_test_path("swin.safetensors");
+    cl_graph g1, g2;
+    REQUIRE_OK(build_swin_micro(&g1, 3, 2));
+    swin_fill(&g1);
+    REQUIRE(write_swin_ckpt(ck, &g1, NULL) == 0);
+    REQUIRE_OK(build_swin_micro(&g2, 3, 2));
+    cl_ms_report rep;
+    CHECK_OK(cl_ms_load(ck, &g2, CL_CKPT_STRICT, &rep));
+    int n_params = 0, n_saved = count_saved(&g1, &n_params);
+    CHECK(rep.loaded == n_saved);
+    /* A moment per mindcv tensor (q, k, v: three per qkv), an index per
+     * block, a mask per shifted block, learning_rate. */
+    int n_qkv = 0, n_blocks = 0, n_shifted = 0;
+    for (int t = 0; t < g1.n_tensors; t++) {
+        int f = 0, b = 0;
+        const char *nm = g1.tensors[t].name;
+        n_qkv += strstr(nm, "attn.qkv.") != NULL;
+        if (ends_with(nm, "relative_position_bias_table") &&
+            sscanf(nm, "features.%d.%d.", &f, &b) == 2) {
+            n_blocks++;
+            n_shifted += b % 2;
+        }
+    }
+    CHECK(rep.ignored == n_params + 2 * n_qkv + n_blocks + n_shifted + 1);
+    CHECK(memcmp(g1.params, g2.params, g1.n_param_floats * 4) == 0);
+    CHECK(memcmp(g1.buffers, g2.buffers, g1.n_buffer_floats * 4) == 0);
+    int qkv = cl_graph_find(&g2, "features.3.1.attn.qkv.weight");
+    REQUIRE(qkv >= 0);
+    CHECK(memcmp(cl_graph_param(&g1, qkv), cl_graph_param(&g2, qkv),
+                 (size_t)cl_graph_numel(&g1, qkv) * 4) == 0);
+    float x[2 * 3 * 32 * 32], want[6], got[6];
+    make_images(x, 2, 32, 7);
+    CHECK_OK(run_logits(&g1, "ref", x, want));
+    CHECK_OK(run_logits(&g2, "ref", x, got));
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    CHECK(isfinite(want[0]) && want[0] != want[1]);
+
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s convert %s %s --arch swin_micro --image_size 32",
+             getenv("CLASSIC_BIN"), ck, st);
+    REQUIRE(cl_test_run(cmd) == 0);
+    cl_model m;
+    REQUIRE_OK(cl_model_open(&m, st, 2, "ref", CL_PLAN_INFER, 0));
+    CHECK(m.num_classes == 3);
+    CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
+    CHECK_OK(cl_backend_forward(m.be, 0, NULL));
+    CHECK_OK(cl_backend_read(m.be, m.g.logits, got));
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    cl_model_close(&m);
+
+    /* Opened as a model: swin_micro inferred, each relative_position_index
+     * computed as the builder fills it. */
+    REQUIRE_OK(cl_model_open_as(&m, ck, NULL, 1, NULL, CL_PLAN_INFER, 0));
+    CHECK(m.arch.family == CL_ARCH_SWIN && m.num_classes == 3 && m.foreign);
+    CHECK(m.g.n_param_floats == g1.n_param_floats &&
+          memcmp(m.g.params, g1.params, g1.n_param_floats * 4) == 0);
+    int ri = cl_graph_find(&m.g, "features.5.3.attn.relative_position_index");
+    REQUIRE(ri >= 0);
+    CHECK(memcmp(cl_graph_buffer_i64(&m.g, ri), cl_graph_buffer_i64(&g1, ri),
+                 (size_t)cl_graph_numel(&g1, ri) * 8) == 0);
+    cl_model_close(&m);
+    CHECK_ERR(cl_model_open_as(&m, ck, "swin_t", 1, NULL, CL_PLAN_INFER, 0),
+              CL_ERR_SHAPE, "are those of swin_micro");
+    snprintf(cmd, sizeof cmd, "%s info --checkpoint %s > %s 2>&1",
+             getenv("CLASSIC_BIN"), ck, cl_test_path("info.txt"));
+    CHECK(cl_test_run(cmd) == 0);
+    size_t n_info = 0;
+    char *info = cl_test_read_file(cl_test_path("info.txt"), &n_info);
+    CHECK(info && strstr(info, "swin_micro") != NULL);
+    free(info);
+
+    char note[1024];
+    cl_graph g3;
+    REQUIRE_OK(build_swin_micro(&g3, 3, 2));
+    CHECK_OK(cl_interop_load_pretrained(ck, &g3, CL_CKPT_PRETRAINED, note,
+                                        sizeof note));
+    CHECK(strstr(note, "MindSpore") != NULL);
+    CHECK(memcmp(g1.params, g3.params, g1.n_param_floats * 4) == 0);
+    cl_graph_free(&g3);
+    /* Another num_classes: the head stays as initialised. */
+    REQUIRE_OK(build_swin_micro(&g3, 5, 2));
+    CHECK_ERR(cl_ms_load(ck, &g3, CL_CKPT_STRICT, &rep), CL_ERR_FORMAT,
+              "classifier.weight (3, 256) in the file, (5, 256)");
+    CHECK_OK(cl_ms_load(ck, &g3, CL_CKPT_PRETRAINED, &rep));
+    CHECK(rep.head_skipped == 2);
+    cl_graph_free(&g3);
+    /* A Swin file for a ResNet and the reverse. */
+    REQUIRE_OK(build_resnet(&g3, 18, 3, 32, 1));
+    CHECK_ERR(cl_ms_load(ck, &g3, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "a MindSpore Swin checkpoint (by its names) for a ResNet");
+    cl_graph_free(&g3);
+    cl_graph_free(&g2);
+    cl_graph_free(&g1);
+}
+
+/* q missing, k of another shape: refused in one sentence naming them, by
+ * the loader and by the named source alike. */
+CL_TEST(mindspore_swin_refusals)
+{
+    const char *ck = cl_test_path("swin_bad.ckpt");
+    cl_graph g1, g2;
+    cl_model m;
+    REQUIRE_OK(build_swin_micro(&g1, 3, 1));
+    swin_fill(&g1);
+    REQUIRE_OK(build_swin_micro(&g2, 3, 1));
+    swin_opts o = {"layers.0.blocks.1.attn.q.weight", NULL};
+    REQUIRE(write_swin_ckpt(ck, &g1, &o) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "layers.0.blocks.1.attn.q.weight missing "
+              "(features.1.1.attn.qkv.weight stacks q, k and v)");
+    CHECK_ERR(cl_model_open_as(&m, ck, NULL, 1, NULL, CL_PLAN_INFER, 0),
+              CL_ERR_FORMAT, "layers.0.blocks.1.attn.q.weight missing");
+    swin_opts o2 = {NULL, "layers.2.blocks.0.attn.k.bias"};
+    REQUIRE(write_swin_ckpt(ck, &g1, &o2) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "layers.2.blocks.0.attn.k.bias is (128) where q is (256) (q, "
+              "k and v must have one shape to stack into "
+              "features.5.0.attn.qkv.bias)");
+    CHECK_ERR(cl_model_open_as(&m, ck, NULL, 1, NULL, CL_PLAN_INFER, 0),
+              CL_ERR_FORMAT, "layers.2.blocks.0.attn.k.bias is (128)");
+    /* Another tensor missing is named as before. */
+    swin_opts o3 = {"layers.1.downsample.norm.gamma", NULL};
+    REQUIRE(write_swin_ckpt(ck, &g1, &o3) == 0);
+    CHECK_ERR(cl_ms_load(ck, &g2, CL_CKPT_STRICT, NULL), CL_ERR_FORMAT,
+              "1 missing [features.4.norm.weight]");
+    cl_graph_free(&g2);
+    cl_graph_free(&g1);
+}
+
+/* The Swin rules name by name: whole names, stage and block written
+ * plainly, derived tensors ignored. */
+CL_TEST(mindspore_swin_name_rules)
+{
+    static const struct {
+        const char *ms, *tv;
+        int part;
+    } cases[] = {
+        {"network.layers.1.blocks.0.attn.k.bias", "features.3.0.attn.qkv.bias",
+         1},
+        {"layers.0.blocks.1.attn.v.weight", "features.1.1.attn.qkv.weight", 2},
+        {"layers.2.blocks.5.mlp.fc2.bias", "features.5.5.mlp.3.bias", -1},
+        {"layers.2.downsample.norm.beta", "features.6.norm.bias", -1},
+        {"layers.0.downsample.reduction.weight", "features.2.reduction.weight",
+         -1},
+        {"patch_embed.norm.gamma", "features.0.2.weight", -1},
+        {"classifier.bias", "head.bias", -1}};
+    char out[160];
+    int part;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(cl_ms_map_swin_name(cases[i].ms, out, sizeof out, &part) == 1);
+        CHECK(strcmp(out, cases[i].tv) == 0 && part == cases[i].part);
+    }
+    static const char *const ignored[] = {
+        "layers.0.blocks.1.attn_mask",
+        "layers.3.blocks.0.attn.relative_bias.index",
+        "adam_m.layers.0.blocks.0.attn.q.weight", "global_step"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        CHECK(cl_ms_map_swin_name(ignored[i], out, sizeof out, &part) == 0);
+    static const char *const unknown[] = {
+        "layers.01.blocks.0.norm1.gamma", "layers.0.blocks.0.attn.qkv.weight",
+        "absolute_pos_embed", "layers.0.blocks.0.norm1.weight", "fc.weight"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        CHECK(cl_ms_map_swin_name(unknown[i], out, sizeof out, &part) == -1);
 }

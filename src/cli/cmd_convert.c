@@ -1,5 +1,5 @@
-/* `classic convert`: a MindSpore ResNet checkpoint (.ckpt), a PyTorch .pth
- * or a plain safetensors file into a classic model checkpoint
+/* `classic convert`: a MindSpore ResNet or Swin checkpoint (.ckpt), a
+ * PyTorch .pth or a plain safetensors file into a classic model checkpoint
  * (safetensors, torchvision names, metadata). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +15,16 @@
 
 static void usage(void)
 {
-    printf("usage: classic convert IN OUT.safetensors [--arch resnetNN] "
+    printf("usage: classic convert IN OUT.safetensors [--arch ARCH] "
            "[--num_classes K]\n"
            "                      [--image_size 224] [--class_names "
            "a,b,c]\n\n"
-           "IN is a MindSpore ResNet checkpoint (.ckpt: mindcv or model zoo "
-           "names,\nmapped onto torchvision's, --arch required), a PyTorch "
-           ".pth (torch.save\nsince 1.6: a state_dict or a training "
-           "checkpoint holding one) or a\nsafetensors file with "
+           "IN is a MindSpore ResNet or Swin checkpoint (.ckpt: mindcv or "
+           "model zoo\nnames, mapped onto torchvision's, --arch required: "
+           "resnetNN, swin_t,\nswin_micro), a PyTorch .pth (torch.save since "
+           "1.6: a "
+           "state_dict or a\ntraining checkpoint holding one) or "
+           "a\nsafetensors file with "
            "torchvision's names (arch inferred from the blocks,\nor checked "
            "against --arch).  Every tensor is checked against the arch and\n"
            "the result is a checkpoint that `classic predict`, `eval` and "
@@ -38,20 +40,26 @@ static const char *const own[] = {"--arch",       "--num_classes",
                                   "--image_size", "--class_names",
                                   "--load_ema",   NULL};
 
-/* Rows of the classifier and input channels of conv1, from the file. */
+/* Rows of the classifier and input channels of the stem conv (conv1, or
+ * a Swin's patch embedding), from the file. */
 static cl_status peek(const char *path, int *k, int *in_c)
 {
     cl_ms_ckpt c;
     cl_status s = cl_ms_ckpt_open(&c, path);
     if (s != CL_OK)
         return s;
+    cl_ms_family fam = cl_ms_ckpt_family(&c);
+    const char *head = fam == CL_MS_SWIN ? "head.weight" : "fc.weight";
+    const char *stem =
+        fam == CL_MS_SWIN ? "features.0.0.weight" : "conv1.weight";
     for (int i = 0; i < c.n; i++) {
         char name[160];
-        if (cl_ms_map_name(c.t[i].name, name, sizeof name) != 1)
+        int part;
+        if (cl_ms_map_name_as(c.t[i].name, fam, name, sizeof name, &part) != 1)
             continue;
-        if (strcmp(name, "fc.weight") == 0 && c.t[i].shape.ndim == 2)
+        if (strcmp(name, head) == 0 && c.t[i].shape.ndim == 2)
             *k = (int)c.t[i].shape.d[0];
-        if (strcmp(name, "conv1.weight") == 0 && c.t[i].shape.ndim == 4)
+        if (strcmp(name, stem) == 0 && c.t[i].shape.ndim == 4)
             *in_c = (int)c.t[i].shape.d[1];
     }
     cl_ms_ckpt_close(&c);

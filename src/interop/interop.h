@@ -68,10 +68,27 @@ void cl_ms_ckpt_close(cl_ms_ckpt *c);
  * ignore (moments.*, learning_rate, global_step, ...). */
 int cl_ms_map_name(const char *ms, char *out, size_t n);
 
+/* The network a checkpoint's names are those of: mindcv's Swin
+ * (patch_embed.*, layers.*) or a ResNet. */
+typedef enum cl_ms_family { CL_MS_RESNET = 0, CL_MS_SWIN } cl_ms_family;
+cl_ms_family cl_ms_ckpt_family(const cl_ms_ckpt *c);
+
+/* The torchvision name for a mindcv Swin name, as cl_ms_map_name (1, 0
+ * for optimizer entries and for the derived attn.relative_bias.index and
+ * attn_mask, -1 for a name the rules do not know).  part is -1, or 0, 1,
+ * 2 for attn.q, .k, .v: those rows of attn.qkv (q first). */
+int cl_ms_map_swin_name(const char *ms, char *out, size_t n, int *part);
+/* cl_ms_map_name or cl_ms_map_swin_name by family. */
+int cl_ms_map_name_as(const char *ms, cl_ms_family fam, char *out, size_t n,
+                      int *part);
+
 /* A MindSpore checkpoint as named tensors under their torchvision names,
  * optimizer and bookkeeping entries left out (names that map to nothing
  * are kept as they are, for a strict load to refuse by name): what opens a
- * .ckpt as a model (cl_weights_open). */
+ * .ckpt as a model (cl_weights_open).  A Swin's attn.q, .k, .v are one
+ * attn.qkv (CL_ERR_FORMAT at open, naming them, when one is missing or
+ * the three differ in shape), and each relative_position_index, which
+ * mindcv does not save, is computed beside its bias table. */
 typedef struct cl_ms_named cl_ms_named;
 cl_status cl_ms_named_open(cl_ms_named **out, const char *path);
 void cl_ms_named_close(cl_ms_named *m);
@@ -85,10 +102,12 @@ typedef struct cl_ms_report {
     char head_note[256];
 } cl_ms_report;
 
-/* Copies a MindSpore checkpoint's weights into g by the mapped names.
- * Refuses (naming up to 8 tensors) names that map to nothing in g, g's
- * tensors the file lacks, shape mismatches (conv weights must match
- * exactly; 1-D tensors too), non-float dtypes.  g is unchanged on failure.
+/* Copies a MindSpore checkpoint's weights into g by the mapped names
+ * (a Swin's q, k, v stacked into qkv; its relative_position_index left as
+ * the builder filled it).  Refuses (naming up to 8 tensors) names that map
+ * to nothing in g, g's tensors the file lacks, shape mismatches (conv
+ * weights must match exactly; 1-D tensors too), non-float dtypes, a Swin
+ * file for a ResNet graph or the reverse.  g is unchanged on failure.
  * mode as cl_ckpt_load_model. */
 cl_status cl_ms_load(const char *path, cl_graph *g, cl_ckpt_mode mode,
                      cl_ms_report *rep);
