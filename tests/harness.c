@@ -1,7 +1,9 @@
 /* Test runner: `test_x` runs every test of the file and prints
  * "N passed, N failed, N skipped"; `test_x NAME` runs one (as ctest does);
  * `test_x --list` lists them. */
+#include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <time.h>
@@ -319,4 +321,41 @@ int main(int argc, char **argv)
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     /* 77: ctest's SKIP_RETURN_CODE, when nothing ran but skipped. */
     return failed ? 1 : skipped && !passed ? 77 : 0;
+}
+
+double cl_test_rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0.0, mb = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= md)) /* NaN propagates */
+            md = e;
+        if (fabs((double)b[i]) > mb)
+            mb = fabs((double)b[i]);
+    }
+    return mb == 0.0 ? md : md / mb;
+}
+
+float *cl_test_read_floats(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    float *v = malloc(n * sizeof(float) + 1);
+    size_t got = v ? fread(v, sizeof(float), n + 1, f) : 0;
+    fclose(f);
+    if (got != n) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+int cl_test_write_floats(const char *path, const float *v, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t put = fwrite(v, sizeof(float), n, f);
+    return fclose(f) == 0 && put == n ? 0 : -1;
 }

@@ -27,6 +27,15 @@ const char *cl_test_path(const char *name);
 /* Runs a shell command, returning its exit status (-1 if it died). */
 int cl_test_run(const char *cmd);
 
+/* max|a - b| / max|b| over n values (max|a - b| when b is all zero); NaN
+ * when any difference is NaN. */
+double cl_test_rel_err(const float *a, const float *b, size_t n);
+/* Exactly n little-endian floats from path (malloc'ed), or NULL when the
+ * file is missing or holds another count. */
+float *cl_test_read_floats(const char *path, size_t n);
+/* Writes n floats to path; 0 on success. */
+int cl_test_write_floats(const char *path, const float *v, size_t n);
+
 /* The classic binary under test: $CLASSIC_BIN (set by ctest) or the one in
  * the build tree. */
 const char *cl_test_classic_bin(void);

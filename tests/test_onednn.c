@@ -33,22 +33,6 @@
 #include "models/resnet.h"
 #include "tensor/tensor.h"
 
-/* max|a - b| / max|b| (0 when b is all zero and a equals it). */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double md = 0.0, mb = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= md)) /* NaN propagates */
-            md = e;
-        if (fabs((double)b[i]) > mb)
-            mb = fabs((double)b[i]);
-    }
-    if (mb == 0.0)
-        return md;
-    return md / mb;
-}
-
 /* ||a - b||_2 / ||b||_2. */
 static double rel_l2(const float *a, const float *b, size_t n)
 {
@@ -63,7 +47,7 @@ static double rel_l2(const float *a, const float *b, size_t n)
 
 #define CHECK_REL(a, b, n, tol, what)                                          \
     do {                                                                       \
-        double cl__e = rel_err((a), (b), (n));                                 \
+        double cl__e = cl_test_rel_err((a), (b), (n));                         \
         if (!(cl__e <= (tol)))                                                 \
             cl_test_fail(__FILE__, __LINE__, "%s: relative error %.3g > %g",   \
                          (what), cl__e, (double)(tol));                        \
@@ -1096,7 +1080,7 @@ CL_TEST(sync_bn_one_rank_equals_plain_bn)
     CHECK_OK(cl_backend_read(p.be[1], g.logits, a));
     CHECK_OK(cl_backend_read(plain, g.logits, b));
     CHECK_REL(a, b, nl, 1e-5, "logits, SyncBN vs fused");
-    double e_logits = rel_err(a, b, nl), e_grads = 0;
+    double e_logits = cl_test_rel_err(a, b, nl), e_grads = 0;
     for (int k = 0; k < 2; k++)
         CHECK_OK(cl_backend_backward(p.be[k]));
     CHECK_OK(cl_backend_backward(plain));
@@ -1110,8 +1094,8 @@ CL_TEST(sync_bn_one_rank_equals_plain_bn)
         snprintf(what, sizeof what, "%s, SyncBN vs fused", x->name);
         if (x->kind == CL_GT_PARAM) {
             size_t n = (size_t)cl_graph_numel(&g, t);
-            double e =
-                rel_err(cl_graph_grad(&p.g[1], t), cl_graph_grad(&g, t), n);
+            double e = cl_test_rel_err(cl_graph_grad(&p.g[1], t),
+                                       cl_graph_grad(&g, t), n);
             e_grads = e > e_grads ? e : e_grads;
             CHECK_REL(cl_graph_grad(&p.g[1], t), cl_graph_grad(&g, t), n, 1e-4,
                       what);
@@ -1661,10 +1645,10 @@ CL_TEST(bn_kernels_every_layout)
         cl_batchnorm2d_forward_train(yr, m, is, rm, rv, x, gamma, beta, N, C,
                                      HW, &a);
         cl_batchnorm2d_backward(dxr, rdg, rdb, dy, x, m, is, gamma, N, C, HW);
-        CHECK(rel_err(y0, yr, n) < 1e-5);
-        CHECK(rel_err(dx0, dxr, n) < 1e-4);
-        CHECK(rel_err(dg0, rdg, (size_t)C) < 1e-4);
-        CHECK(rel_err(db0, rdb, (size_t)C) < 1e-5);
+        CHECK(cl_test_rel_err(y0, yr, n) < 1e-5);
+        CHECK(cl_test_rel_err(dx0, dxr, n) < 1e-4);
+        CHECK(cl_test_rel_err(dg0, rdg, (size_t)C) < 1e-4);
+        CHECK(cl_test_rel_err(db0, rdb, (size_t)C) < 1e-5);
     }
     CHECK(bad == 0);
     CHECK(pad_bad == 0);

@@ -16,24 +16,10 @@
 #include "graph_cases.h"
 #include "harness.h"
 
-/* max|a - b| / max|b|, NaN when any difference is NaN. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double md = 0.0, mb = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= md))
-            md = e;
-        if (fabs((double)b[i]) > mb)
-            mb = fabs((double)b[i]);
-    }
-    return mb == 0.0 ? md : md / mb;
-}
-
 static void check_rel(const float *a, const float *b, size_t n, double tol,
                       const char *what)
 {
-    double e = rel_err(a, b, n);
+    double e = cl_test_rel_err(a, b, n);
     if (!(e <= tol))
         cl_test_fail(__FILE__, __LINE__, "%s: relative error %.3g > %g", what,
                      e, tol);
