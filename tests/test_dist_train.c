@@ -157,6 +157,38 @@ CL_TEST(sync_bn_two_ranks_equal_one_process)
     CHECK(w >= 0 && w <= 1);
 }
 
+/* Swin (no BN: the gradient mean is all the ranks share) trains the same
+ * on 2 ranks x 4 as on 1 process x 8: swin_micro on the ref backend,
+ * stochastic depth off (its masks are drawn per rank).  Momentum SGD, as
+ * the ResNet comparisons: AdamW's first step moves every weight by about
+ * lr whatever its gradient's size, so gradients of 1e-9 that rounding
+ * flips move weights by 1e-3 (39 allclose units measured with AdamW,
+ * losses still equal to 5e-8). */
+CL_TEST(swin_two_ranks_equal_one_process)
+{
+    static const char *const SWIN =
+        "--model swin_micro --image_size 32 --in_channels 1 --drop_path 0 "
+        "--opt momentum --lr 0.01 --hflip 0 "
+        "--label_smoothing 0 --num_parallel_workers 1 --mean 0.286 "
+        "--std 0.353 --seed 7 --shuffle false --scheduler constant "
+        "--warmup_epochs 0 --val_interval 0 --ckpt_save_epochs 0 "
+        "--per_print_times 1 --backend ref --limit_train 16 --epoch_size 1 ";
+    char args[2048];
+    snprintf(args, sizeof args, "train %s--batch_size 8 --ckpt_save_dir %s",
+             SWIN, cl_test_path("swin_one"));
+    REQUIRE(classic_ok(1, args));
+    snprintf(args, sizeof args, "train %s--batch_size 4 --ckpt_save_dir %s",
+             SWIN, cl_test_path("swin_two"));
+    REQUIRE(classic_ok(2, args));
+    CHECK(strstr(cl_test_out, "global batch 8 (4 x 2 process(es)") != NULL);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", cl_test_path("swin_one"));
+    snprintf(b, sizeof b, "%s", cl_test_path("swin_two"));
+    double w = -1, l = compare_runs_of("swin_micro", a, b, 2, &w);
+    CHECK(l >= 0 && l < LOSS_TOL);
+    CHECK(w >= 0 && w <= 1);
+}
+
 CL_TEST(plain_bn_two_ranks_differ)
 {
     /* The control: without SyncBN each rank normalises over its own 4

@@ -26,30 +26,6 @@
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static float *read_floats(const char *path, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    float *v = malloc(n * sizeof(float) + 1);
-    size_t got = v ? fread(v, sizeof(float), n + 1, f) : 0;
-    fclose(f);
-    if (got != n) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
-static int write_floats(const char *path, const float *v, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t put = fwrite(v, sizeof(float), n, f);
-    return fclose(f) == 0 && put == n ? 0 : -1;
-}
-
 /* The pseudo-random value in [-1, 1) of element j of tensor `name`, exactly
  * as tools/golden_torch.py computes it (integer hash, then one double). */
 static double golden_s(const char *name, size_t j)
@@ -103,18 +79,6 @@ static void golden_fill(cl_graph *g)
             v[j] = (float)x;
         }
     }
-}
-
-/* Largest |a - b| over n values, relative to the largest |b|. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double e = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        e = d > e ? d : e;
-        m = fabs(b[i]) > m ? fabs(b[i]) : m;
-    }
-    return e / (m > 0 ? m : 1);
 }
 
 static int argmax(const float *v, int n)
@@ -176,12 +140,12 @@ static void make_images(float *x, int n, int side, int seed)
 CL_TEST(golden_resnet18)
 {
     const int N = 2, K = 3, S = 32;
-    float *x =
-        read_floats(CL_SOURCE_DIR "/tests/golden/resnet18_k3_s32_input.bin",
-                    (size_t)N * 3 * S * S);
-    float *want =
-        read_floats(CL_SOURCE_DIR "/tests/golden/resnet18_k3_s32_logits.bin",
-                    (size_t)N * K);
+    float *x = cl_test_read_floats(CL_SOURCE_DIR
+                                   "/tests/golden/resnet18_k3_s32_input.bin",
+                                   (size_t)N * 3 * S * S);
+    float *want = cl_test_read_floats(
+        CL_SOURCE_DIR "/tests/golden/resnet18_k3_s32_logits.bin",
+        (size_t)N * K);
     REQUIRE(x && want);
     cl_graph g;
     REQUIRE_OK(build_resnet(&g, 18, K, S, N));
@@ -190,7 +154,7 @@ CL_TEST(golden_resnet18)
     for (int b = 0; b < 2; b++) {
         float got[6];
         CHECK_OK(run_logits(&g, backends[b], x, got));
-        double e = rel_err(got, want, (size_t)N * K);
+        double e = cl_test_rel_err(got, want, (size_t)N * K);
         printf("golden resnet18 %s: max rel err %.3g\n", backends[b], e);
         CHECK(e < 1e-4);
         for (int i = 0; i < N; i++)
@@ -228,14 +192,14 @@ CL_TEST(torch_live_roundtrip)
     float *x = malloc(nx * sizeof(float));
     REQUIRE(x);
     make_images(x, N, S, 3);
-    REQUIRE(write_floats(xin, x, nx) == 0);
+    REQUIRE(cl_test_write_floats(xin, x, nx) == 0);
     snprintf(cmd, sizeof cmd,
              PY " " CL_SOURCE_DIR "/tools/torch_infer.py --arch resnet18 "
                 "--num-classes %d --pth %s --input %s --shape %d,3,%d,%d "
                 "--output %s",
              K, pth, xin, N, S, S, y1);
     REQUIRE(cl_test_run(cmd) == 0);
-    float *want = read_floats(y1, (size_t)N * K);
+    float *want = cl_test_read_floats(y1, (size_t)N * K);
     REQUIRE(want);
 
     cl_model m;
@@ -247,7 +211,7 @@ CL_TEST(torch_live_roundtrip)
     CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
     CHECK_OK(cl_backend_forward(m.be, 0, NULL));
     CHECK_OK(cl_backend_read(m.be, m.g.logits, got));
-    double e = rel_err(got, want, (size_t)N * K);
+    double e = cl_test_rel_err(got, want, (size_t)N * K);
     printf("live resnet18 onednn vs torch: max rel err %.3g\n", e);
     CHECK(e < 1e-4);
     for (int i = 0; i < N; i++)
@@ -264,7 +228,7 @@ CL_TEST(torch_live_roundtrip)
                 "--output %s",
              K, back, xin, N, S, S, y2);
     CHECK(cl_test_run(cmd) == 0);
-    float *again = read_floats(y2, (size_t)N * K);
+    float *again = cl_test_read_floats(y2, (size_t)N * K);
     CHECK(again && memcmp(again, want, (size_t)N * K * sizeof(float)) == 0);
     free(again);
     free(want);
@@ -297,7 +261,7 @@ CL_TEST(torch_cifar_stem_roundtrip)
     REQUIRE(cl_test_run(cmd) == 0);
     float x[3 * 28 * 28]; /* the first plane is the gray image */
     make_images(x, 1, S, 1);
-    REQUIRE(write_floats(xin, x, (size_t)S * S) == 0);
+    REQUIRE(cl_test_write_floats(xin, x, (size_t)S * S) == 0);
     snprintf(cmd, sizeof cmd,
              PY " -c \"import numpy as np, torch, torchvision\n"
                 "m = torchvision.models.resnet18(num_classes=%d)\n"
@@ -309,7 +273,7 @@ CL_TEST(torch_cifar_stem_roundtrip)
                 "y.numpy().astype('<f4').tofile('%s')\"",
              K, pth, xin, S, S, yout);
     REQUIRE(cl_test_run(cmd) == 0);
-    float *want = read_floats(yout, (size_t)K);
+    float *want = cl_test_read_floats(yout, (size_t)K);
     REQUIRE(want);
     cl_model m;
     REQUIRE_OK(cl_model_open(&m, st, 1, "onednn", CL_PLAN_INFER, 0));
@@ -318,7 +282,7 @@ CL_TEST(torch_cifar_stem_roundtrip)
     CHECK_OK(cl_backend_set_input(m.be, x, NULL, NULL));
     CHECK_OK(cl_backend_forward(m.be, 0, NULL));
     CHECK_OK(cl_backend_read(m.be, m.g.logits, got));
-    double e = rel_err(got, want, (size_t)K);
+    double e = cl_test_rel_err(got, want, (size_t)K);
     printf("cifar_pool resnet18 from its .pth, classic vs torch: max rel "
            "err %.3g\n",
            e);
@@ -423,13 +387,13 @@ static void onnx_case(int depth, int side, int n, const char *batch_opt)
     float *want = malloc((size_t)n * K * sizeof(float));
     REQUIRE(x && want);
     make_images(x, n, side, 11);
-    REQUIRE(write_floats(xin, x, per * n) == 0);
+    REQUIRE(cl_test_write_floats(xin, x, per * n) == 0);
     snprintf(cmd, sizeof cmd,
              "node " CL_SOURCE_DIR "/tests/onnx/run.js " CL_BINARY_DIR
              "/onnx %s %s %d,3,%d,%d %s",
              onnx, xin, n, side, side, yout);
     REQUIRE(cl_test_run(cmd) == 0);
-    float *ort = read_floats(yout, (size_t)n * K);
+    float *ort = cl_test_read_floats(yout, (size_t)n * K);
     REQUIRE(ort);
 
     cl_model m;
@@ -440,7 +404,7 @@ static void onnx_case(int depth, int side, int n, const char *batch_opt)
     cl_model_close(&m);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        double e = rel_err(ort + i * K, want + i * K, K);
+        double e = cl_test_rel_err(ort + i * K, want + i * K, K);
         worst = e > worst ? e : worst;
         CHECK(argmax(ort + i * K, K) == argmax(want + i * K, K));
     }
@@ -537,13 +501,13 @@ CL_TEST(onnx_swin_ops)
     cl_rng_init(&r, 31, 0);
     for (int i = 0; i < NX; i++)
         x[i] = 2.0f * cl_rng_uniform(&r) - 1.0f;
-    REQUIRE(write_floats(xin, x, NX) == 0);
+    REQUIRE(cl_test_write_floats(xin, x, NX) == 0);
     snprintf(cmd, sizeof cmd,
              "node " CL_SOURCE_DIR "/tests/onnx/run.js " CL_BINARY_DIR
              "/onnx %s %s %d,%d,%d,%d %s",
              onnx, xin, SW_N, SW_C, SW_G, SW_G, yout);
     REQUIRE(cl_test_run(cmd) == 0);
-    float *ort = read_floats(yout, NY);
+    float *ort = cl_test_read_floats(yout, NY);
     REQUIRE(ort);
     static const char *const names[2] = {"ref", "onednn"};
     for (int k = 0; k < 2; k++) {
@@ -555,7 +519,7 @@ CL_TEST(onnx_swin_ops)
         CHECK_OK(cl_backend_forward(be, 0, NULL));
         CHECK_OK(cl_backend_read(be, g.logits, want));
         cl_backend_destroy(be);
-        const double e = rel_err(ort, want, NY);
+        const double e = cl_test_rel_err(ort, want, NY);
         printf("onnx swin ops: ORT vs classic %s max rel err %.3g\n", names[k],
                e);
         CHECK(e < 1e-4);
@@ -717,7 +681,7 @@ CL_TEST(onnx_layernorm_gelu_softmax)
     CHECK_OK(cl_backend_forward(be, 0, NULL));
     CHECK_OK(cl_backend_read(be, g.logits, want));
     cl_backend_destroy(be);
-    REQUIRE(write_floats(xin, x, sizeof x / sizeof x[0]) == 0);
+    REQUIRE(cl_test_write_floats(xin, x, sizeof x / sizeof x[0]) == 0);
     snprintf(cmd, sizeof cmd,
              CL_SOURCE_DIR "/tests/onnx/setup.sh " CL_BINARY_DIR "/onnx");
     REQUIRE(cl_test_run(cmd) == 0);
@@ -729,9 +693,9 @@ CL_TEST(onnx_layernorm_gelu_softmax)
                  "/onnx %s %s %d,3,4,6 %s",
                  onnx, xin, N, yout);
         REQUIRE(cl_test_run(cmd) == 0);
-        float *ort = read_floats(yout, (size_t)N * K);
+        float *ort = cl_test_read_floats(yout, (size_t)N * K);
         REQUIRE(ort);
-        double e = rel_err(ort, want, (size_t)N * K);
+        double e = cl_test_rel_err(ort, want, (size_t)N * K);
         printf("onnx layernorm/gelu/softmax (%s batch): ORT vs classic ref "
                "max rel err %.3g\n",
                fixed ? "fixed" : "symbolic", e);

@@ -64,7 +64,7 @@ static double weights_diff(const char *a, const char *b, char *worst, size_t wn)
         cl_free(vb);
         va = vb = NULL;
     }
-    if (n_f32 < 40) /* resnet18 has 100+ f32 tensors */
+    if (n_f32 < 40) /* resnet18 and swin_micro have 100+ f32 tensors */
         out = -1;
 done:
     cl_free(va);
@@ -74,11 +74,11 @@ done:
     return out;
 }
 
-/* Per-step losses and final weights of two runs; returns the largest
- * relative loss difference (-1 when the step counts differ) and the weight
- * difference in *wdiff. */
-static double compare_runs(const char *dir_a, const char *dir_b, int steps,
-                           double *wdiff)
+/* Per-step losses and final weights (<arch>-last.safetensors) of two
+ * runs; returns the largest relative loss difference (-1 when the step
+ * counts differ) and the weight difference in *wdiff. */
+static double compare_runs_of(const char *arch, const char *dir_a,
+                              const char *dir_b, int steps, double *wdiff)
 {
     char pa[1024], pb[1024], worst[256] = "";
     double la[64], lb[64];
@@ -93,14 +93,21 @@ static double compare_runs(const char *dir_a, const char *dir_b, int steps,
         lmax = e > lmax ? e : lmax;
         fprintf(stderr, "  step %d: loss %.7f vs %.7f\n", i + 1, la[i], lb[i]);
     }
-    snprintf(pa, sizeof pa, "%s/resnet18-last.safetensors", dir_a);
-    snprintf(pb, sizeof pb, "%s/resnet18-last.safetensors", dir_b);
+    snprintf(pa, sizeof pa, "%s/%s-last.safetensors", dir_a, arch);
+    snprintf(pb, sizeof pb, "%s/%s-last.safetensors", dir_b, arch);
     *wdiff = weights_diff(pa, pb, worst, sizeof worst);
     fprintf(stderr,
             "  %d/%d steps, max loss rel diff %.3g; weights at %.3g of the "
             "allclose tolerance (worst: %s)\n",
             na, nb, lmax, *wdiff, worst);
     return lmax;
+}
+
+/* compare_runs_of resnet18 runs. */
+static double compare_runs(const char *dir_a, const char *dir_b, int steps,
+                           double *wdiff)
+{
+    return compare_runs_of("resnet18", dir_a, dir_b, steps, wdiff);
 }
 
 #endif

@@ -296,10 +296,11 @@ int cl_cmd_bench(int argc, char **argv)
     const cl_peak_kind kind = cl_peak_kind_for(cl_dnnl_isa_name(), o.amp > 0);
     if (cl_peak_measure(kind, threads, &pk) == CL_OK)
         peak = pk.gflops;
-    printf("classic bench: %s, %s stem, %d classes, %dx%d, batch %d, "
+    printf("classic bench: %s, %s%s%d classes, %dx%d, batch %d, "
            "%d threads, backend %s, amp O%d, convs %s (cpu isa %s)\n",
-           o.arch, o.stem, o.classes, o.size, o.size, o.batch, threads,
-           o.backend, o.amp,
+           o.arch, cl_arch_stem(&cfg) ? o.stem : "",
+           cl_arch_stem(&cfg) ? " stem, " : "", o.classes, o.size, o.size,
+           o.batch, threads, o.backend, o.amp,
            strcmp(o.backend, "onednn") != 0 ? "n/a"
            : o.direct_convs                 ? "direct"
                                             : "rewrite",

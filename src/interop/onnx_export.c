@@ -458,6 +458,32 @@ static cl_status emit_row_gather(emit_ctx *e)
     return CL_OK;
 }
 
+static void state_initializer(const emit_ctx *e, int t, const float *v);
+
+/* Rows of a learnable table by an index buffer (Swin's relative position
+ * bias): Gather over axis 0 of the table, both initializers, each written
+ * once by its state_dict name. */
+static cl_status emit_table_gather(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    const int tt = n->param[0], it = n->buf[0];
+    state_initializer(e, tt, cl_graph_param(g, tt));
+    if (!e->inited[it]) {
+        e->inited[it] = 1;
+        const cl_gtensor *ix = &g->tensors[it];
+        initializer_i64(e->graph, ix->name, ix->shape.d, ix->shape.ndim,
+                        cl_graph_buffer_i64(g, it),
+                        (size_t)cl_shape_numel(&ix->shape));
+    }
+    const char *ins[2] = {g->tensors[tt].name, g->tensors[it].name};
+    cl_pb_writer node;
+    node_begin(&node, "Gather", n->name, ins, 2, e->out);
+    attr_int(&node, "axis", 0);
+    node_end(e->graph, &node);
+    return CL_OK;
+}
+
 /* Evaluation: stochastic depth is the identity. */
 static cl_status emit_droppath(emit_ctx *e)
 {
@@ -622,6 +648,7 @@ static const emit_fn op_emit[CL_OP_COUNT] = {
     [CL_OP_SOFTMAX] = emit_softmax,
     [CL_OP_MATMUL] = emit_matmul,
     [CL_OP_ROW_GATHER] = emit_row_gather,
+    [CL_OP_TABLE_GATHER] = emit_table_gather,
     [CL_OP_DROPPATH] = emit_droppath,
     [CL_OP_TOKEN_MEANPOOL] = emit_token_meanpool,
 };
