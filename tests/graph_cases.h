@@ -12,7 +12,8 @@
 
 enum { GN = 2, GC = 3, GH = 4, GW = 5, GK = 4 };
 
-static inline void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi)
+static inline void fill_uniform(float *p, int64_t n, uint64_t seed, float lo,
+                                float hi)
 {
     cl_rng r;
     cl_rng_init(&r, seed, 3);

@@ -108,10 +108,10 @@ typedef struct cl_config {
     int prefetch; /* batches */
     int shuffle;
     int drop_remainder;
-    int batch_size;  /* per process */
-    int image_size;  /* the model's input side */
-    double crop_pct; /* eval: resize to image_size / crop_pct, center crop */
-    int eval_hflip;  /* eval: average the logits of image and mirror */
+    int batch_size;    /* per process */
+    int image_size;    /* the model's input side */
+    double crop_pct;   /* eval: resize to image_size / crop_pct, center crop */
+    int eval_hflip;    /* eval: average the logits of image and mirror */
     int interpolation; /* CL_CFG_INTERP_*: resize filter, train and eval */
     /* ---- augmentation (training only) ---- */
     int random_crop_padding; /* RandomCrop(image_size, padding); 0 off */
@@ -130,9 +130,9 @@ typedef struct cl_config {
     int auto_augment; /* CL_CFG_AUTO_AUGMENT_* */
     int ra_num_ops;   /* RandAugment ops per image */
     int ra_magnitude; /* RandAugment magnitude bin of 31 */
-    double re_prob; /* RandomErasing probability */
-    double mixup;   /* alpha; 0 off */
-    double cutmix;  /* alpha; 0 off */
+    double re_prob;   /* RandomErasing probability */
+    double mixup;     /* alpha; 0 off */
+    double cutmix;    /* alpha; 0 off */
     double mixup_prob;
     double label_smoothing;
     /* ---- model ---- */

@@ -184,8 +184,7 @@ cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
     if ((s = cl_graph_init(&m->g, batch)) != CL_OK)
         goto fail;
     m->graph_ready = 1;
-    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) !=
-            CL_OK ||
+    if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
         (w.src.pick = raw ? CL_CKPT_PICK_RAW : CL_CKPT_PICK_EMA,
          s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, &rep)) != CL_OK)
         goto fail;
