@@ -154,7 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cl_free(x);
         cl_free(y);
     }
-    cl_resnet_config rc;
+    cl_arch rc;
     fz_check_error(cl_weights_infer(&w, NULL, &rc));
     cl_weights_close(&w);
     return 0;
