@@ -840,18 +840,6 @@ static cl_status ms_plan_build(ms_plan *p, const cl_ms_ckpt *c,
     return CL_OK;
 }
 
-/* The relative_position_index of a ws x ws window, torchvision's: token n
- * against token q, (dh, dw) shifted to start at 0, row-major in a
- * (2 ws - 1)^2 table. */
-static void fill_rel_index(int ws, int64_t *ix)
-{
-    const int64_t N = (int64_t)ws * ws;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t q = 0; q < N; q++)
-            ix[n * N + q] = (n / ws - q / ws + ws - 1) * (2 * ws - 1) + n % ws -
-                            q % ws + ws - 1;
-}
-
 static int is_rel_index(const char *name)
 {
     const char *k = "attn.relative_position_index";
@@ -1076,7 +1064,7 @@ static cl_status named_read_i64(const void *ctx, size_t i, int64_t *dst,
         return cl_error(CL_ERR_SHAPE, "%s: %lld elements, %zu expected",
                         e->from, (long long)cl_shape_numel(&e->shape), n);
     if (e->n_part == 0) {
-        fill_rel_index(e->index_ws, dst);
+        cl_swin_relative_index(e->index_ws, dst);
         return CL_OK;
     }
     const cl_ms_tensor *t = &m->c.t[e->part[0]];

@@ -213,12 +213,7 @@ static void fill_job(const swin_b *b, const ix_job *j)
                 ix[hd * N * N + p] = p * j->heads + hd;
         break;
     case IX_REL_INDEX:
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t q = 0; q < N; q++) {
-                int64_t dh = n / ws - q / ws + ws - 1;
-                int64_t dw = n % ws - q % ws + ws - 1;
-                ix[n * N + q] = dh * (2 * ws - 1) + dw;
-            }
+        cl_swin_relative_index(ws, ix);
         break;
     case IX_MERGE_PATCH: {
         /* torchvision concatenates x[0::2, 0::2], x[1::2, 0::2],
@@ -237,6 +232,17 @@ static void fill_job(const swin_b *b, const ix_job *j)
     default:
         break;
     }
+}
+
+void cl_swin_relative_index(int ws, int64_t *ix)
+{
+    const int64_t N = (int64_t)ws * ws;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t q = 0; q < N; q++) {
+            int64_t dh = n / ws - q / ws + ws - 1;
+            int64_t dw = n % ws - q % ws + ws - 1;
+            ix[n * N + q] = dh * (2 * ws - 1) + dw;
+        }
 }
 
 /* ---- the network -------------------------------------------------------- */

@@ -59,6 +59,11 @@ cl_status cl_swin_check_config(const cl_swin_config *cfg);
 cl_status cl_swin_build(cl_graph *g, const cl_swin_config *cfg, int in_h,
                         int in_w, int soft_targets, float label_smoothing);
 
+/* The relative_position_index of a ws x ws window, torchvision's: token n
+ * against token q, (dh, dw) shifted to start at 0, row-major in a
+ * (2 ws - 1)^2 table; ws^4 values into ix. */
+void cl_swin_relative_index(int ws, int64_t *ix);
+
 /* torchvision's init: linear weights and the bias tables trunc_normal(std
  * 0.02), linear biases 0, LayerNorm 1 / 0, the patch conv PyTorch's
  * default; one RNG stream per tensor. */
