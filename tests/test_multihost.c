@@ -269,6 +269,22 @@ static void last_checkpoint_intact(const char *run)
             step);
 }
 
+/* 1 once host i runs no classic, polling up to timeout_s; 0 past it. */
+static int rank_gone_within(int i, double timeout_s)
+{
+    double t0 = cl_time_now();
+    for (;;) {
+        if (classic_pid_on(i) == -1)
+            return 1;
+        if (cl_time_now() - t0 > timeout_s) {
+            fprintf(stderr, "  classic still runs on host %d after %.0f s\n", i,
+                    timeout_s);
+            return 0;
+        }
+        nap(0.5);
+    }
+}
+
 typedef enum { CUT_LINK, KILL_RANK, STOP_RANK } fault;
 
 /* Starts the run, waits for 3 steps, applies the fault to host 1, and
@@ -311,10 +327,13 @@ static void fault_on_hosts(fault f, const char *sentence)
     CHECK(st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0));
     CHECK(dt < 60);
     CHECK(out && strstr(out, sentence) != NULL);
-    /* No rank left behind on either host. */
-    nap(0.5);
-    CHECK(classic_pid_on(0) == -1);
-    CHECK(classic_pid_on(1) == -1);
+    /* No rank left behind on either host.  With the link cut, mpirun
+     * cannot reach host 1 to kill its rank: that rank ends on its own
+     * watchdog, 5 s after its pending allreduce began, which may be a few
+     * seconds after mpirun returned (a step takes seconds under the
+     * sanitizers).  So it gets a bound, not an instant. */
+    CHECK(rank_gone_within(0, 10));
+    CHECK(rank_gone_within(1, 30));
     last_checkpoint_intact(run);
 }
 
