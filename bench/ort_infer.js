@@ -1,7 +1,8 @@
 // ONNX Runtime's side of an inference comparison: runs a model that
 // `classic export --batch N` wrote on random input, with the given
 // threads and ORT's full graph optimisation, and prints one line
-// `ort: img_s=... ms_per_batch=...` over the timed runs.
+// `ort: img_s=... ms_per_batch=... rss_mb=...` over the timed runs (peak
+// RSS of the node process, as ru_maxrss).
 //   node bench/ort_infer.js PREFIX model.onnx N,C,H,W THREADS WARMUP STEPS
 // PREFIX holds node_modules/onnxruntime-node (tests/onnx/setup.sh PREFIX).
 'use strict';
@@ -31,7 +32,8 @@ async function main() {
   for (let i = 0; i < Number(steps); i++) await session.run(feeds);
   const s = Number(process.hrtime.bigint() - t0) / 1e9 / Number(steps);
   console.log(`ort: img_s=${(dims[0] / s).toFixed(3)} ` +
-              `ms_per_batch=${(1000 * s).toFixed(1)} threads=${threads}`);
+              `ms_per_batch=${(1000 * s).toFixed(1)} threads=${threads} ` +
+              `rss_mb=${(process.resourceUsage().maxRSS / 1024).toFixed(1)}`);
 }
 
 main().catch((e) => {
