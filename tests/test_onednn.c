@@ -753,6 +753,26 @@ static cl_status build_gelu_ln(cl_graph *g, int batch)
     return head(g, l, 16);
 }
 
+/* layernorm over rows of 37 (two 16-lane chunks and a tail of 5): ln0 on
+ * the image (no input gradient; 288 rows at batch 3, two blocks of the
+ * gamma/beta sums), then conv -> gelu -> ln1 (1152 rows, five blocks) ->
+ * conv, so that ln1's output gradient varies along each row. */
+static cl_status build_ln_rows(cl_graph *g, int batch)
+{
+    int x, a, b, c, d, e;
+    (void)batch;
+    cl_layernorm_attr la = cl_layernorm_attr_make(37);
+    cl_conv2d_attr c1 = cl_conv2d_attr_make(4, 16, 3, 1, 1);
+    cl_conv2d_attr c2 = cl_conv2d_attr_make(16, 16, 3, 1, 1);
+    CL_TRY(cl_graph_input(g, 4, 24, 37, &x));
+    CL_TRY(cl_graph_layernorm(g, "ln0", x, &la, &a));
+    CL_TRY(cl_graph_conv2d(g, "conv1", a, &c1, &b));
+    CL_TRY(cl_graph_gelu(g, "act", b, &c));
+    CL_TRY(cl_graph_layernorm(g, "ln1", c, &la, &d));
+    CL_TRY(cl_graph_conv2d(g, "conv2", d, &c2, &e));
+    return head(g, e, 16);
+}
+
 /* Ends a softmax graph: p -> linear over W (the fallback; the mean of p
  * itself would be a constant) -> head. */
 static cl_status softmax_tail(cl_graph *g, int p)
@@ -821,6 +841,11 @@ static cl_status build_softmax_plain(cl_graph *g, int batch)
 CL_TEST(gelu_layernorm_on_conv_layout)
 {
     run_parity(build_gelu_ln, 3, 1e-4, 2e-4);
+}
+
+CL_TEST(layernorm_rows_chunks_and_blocks)
+{
+    run_parity(build_ln_rows, 3, 1e-4, 2e-4);
 }
 
 CL_TEST(softmax_bias_and_mask)
@@ -2128,6 +2153,7 @@ CL_TEST(swin_ops_amp_o2)
         build_fn build;
         const char *name;
     } cases[] = {{build_gelu_ln, "gelu+layernorm"},
+                 {build_ln_rows, "layernorm rows"},
                  {build_softmax_conv, "softmax bias+mask"},
                  {build_softmax_table, "softmax table bias"}};
     const unsigned mine =

@@ -128,7 +128,7 @@ typedef struct dn_add {
 typedef struct dn_norm {
     int src;
     dnnl_memory_desc_t src_md;
-    int mean, var; /* training plans only, else -1 */
+    int mean, rstd; /* training plans only, else -1 */
 } dn_norm;
 
 /* An op run by the reference kernels (fallback.c). */

@@ -1,19 +1,239 @@
 /* The oneDNN backend's layer normalisation (over the last dimension) as
- * oneDNN's layer_normalization primitive, forward (training: saving the
- * mean and variance) and backward (with the gamma and beta gradients)
- * side by side.
+ * loops of its own, forward (training: saving each row's mean and 1/std)
+ * and backward (with the gamma and beta gradients) side by side.
+ *
+ * Why not oneDNN's layer_normalization primitive: oneDNN 2.6 runs it
+ * through its generic `simple:any` kernel, whose backward took three times
+ * its forward, and the pair took about a fifth of a Swin training step
+ * (docs/transformer.md).  A row here is at most a few kilobytes, so each
+ * row is read from L1 in every pass after the first, and sums are kept in
+ * 16 lanes that vectorise without reassociation (the same sums on any
+ * vector width).
  *
  * Activations other than a convolution's output are plain here already
  * (the reference fallback, the inner product and these ops write
  * row-major); a convolution's output may be blocked (nChw16c) or
  * channels-last, and is reordered to a plain copy first (tokens.c's
  * cl_dnnl_plain_value), since these ops index rows of the last
- * dimension. */
+ * dimension.  Data and its gradient are in the input's type (bf16 under
+ * amp O2), arithmetic, statistics, gamma and beta in f32. */
+#include <math.h>
+
 #include "backend/onednn/internal.h"
 
 void cl_dnnl_norm_init(dn_node *x)
 {
-    x->u.ln.src = x->u.ln.mean = x->u.ln.var = -1;
+    x->u.ln.src = x->u.ln.mean = x->u.ln.rstd = -1;
+}
+
+enum { LANES = 16 };
+
+/* Rows per block of the gamma and beta gradients: each block sums its
+ * rows in order, then the blocks are summed in order, so the result does
+ * not depend on the thread count. */
+enum { BLOCK_ROWS = 256 };
+
+/* Positions of the forward step's arguments (mean and rstd in a training
+ * forward only). */
+enum { LF_X, LF_Y, LF_GAMMA, LF_BETA, LF_MEAN, LF_RSTD };
+
+/* Positions of the backward step's arguments (dx last, when x takes a
+ * gradient). */
+enum {
+    LB_X,
+    LB_DY,
+    LB_GAMMA,
+    LB_MEAN,
+    LB_RSTD,
+    LB_DGAMMA,
+    LB_DBETA,
+    LB_PART,
+    LB_DX
+};
+
+static void *arg(dn_ctx *d, const dn_step *s, int k)
+{
+    return cl_dnnl_arg_ptr(d, &s->args[k]);
+}
+
+/* x[c] of a row of either type, as f32. */
+static inline float load(const void *x, int64_t c, int bf)
+{
+    return bf ? cl_f32_from_bf16(((const uint16_t *)x)[c])
+              : ((const float *)x)[c];
+}
+
+static inline void store(void *y, int64_t c, float v, int bf)
+{
+    if (bf)
+        ((uint16_t *)y)[c] = cl_bf16_from_f32(v);
+    else
+        ((float *)y)[c] = v;
+}
+
+static inline float lanes_sum(const float *a)
+{
+    float s = 0.0f;
+    for (int k = 0; k < LANES; k++)
+        s += a[k];
+    return s;
+}
+
+/* The mean and 1/std of one row of C (two passes: the mean, then the
+ * squares around it). */
+static inline void row_stats(const void *x, int C, float eps, int bf,
+                             float *mean, float *rstd)
+{
+    float a[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int k = 0; k < LANES; k++)
+            a[k] += load(x, c + k, bf);
+    for (int k = 0; c < C; c++, k++)
+        a[k] += load(x, c, bf);
+    const float mu = lanes_sum(a) / (float)C;
+    float q[LANES] = {0};
+    for (c = 0; c + LANES <= C; c += LANES)
+        for (int k = 0; k < LANES; k++) {
+            const float v = load(x, c + k, bf) - mu;
+            q[k] += v * v;
+        }
+    for (int k = 0; c < C; c++, k++) {
+        const float v = load(x, c, bf) - mu;
+        q[k] += v * v;
+    }
+    *mean = mu;
+    *rstd = 1.0f / sqrtf(lanes_sum(q) / (float)C + eps);
+}
+
+static inline void fwd_rows(const void *x, void *y, const float *gamma,
+                            const float *beta, float *mean, float *rstd,
+                            int64_t rows, int C, float eps, int bf)
+{
+#pragma omp parallel for schedule(static) if (rows * C >= (1 << 15))
+    for (int64_t r = 0; r < rows; r++) {
+        const size_t o = (size_t)(r * C) * (bf ? 2u : 4u);
+        const char *xr = (const char *)x + o;
+        char *yr = (char *)y + o;
+        float mu, rs;
+        row_stats(xr, C, eps, bf, &mu, &rs);
+        for (int c = 0; c < C; c++)
+            store(yr, c, (load(xr, c, bf) - mu) * rs * gamma[c] + beta[c], bf);
+        if (mean) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+static cl_status fwd_run(dn_ctx *d, const dn_step *s)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    const int C = n->attr.layernorm.features;
+    const int64_t rows = cl_graph_numel(d->g, n->in[0]) / C;
+    const int bf = md_bf16(&s->args[LF_X].md);
+    float *mean = s->aux ? arg(d, s, LF_MEAN) : NULL;
+    float *rstd = s->aux ? arg(d, s, LF_RSTD) : NULL;
+    const void *x = arg(d, s, LF_X);
+    void *y = arg(d, s, LF_Y);
+    const float *gamma = arg(d, s, LF_GAMMA), *beta = arg(d, s, LF_BETA);
+    const float eps = n->attr.layernorm.eps;
+    /* A constant bf lets each call's loops be compiled for one type. */
+    if (bf)
+        fwd_rows(x, y, gamma, beta, mean, rstd, rows, C, eps, 1);
+    else
+        fwd_rows(x, y, gamma, beta, mean, rstd, rows, C, eps, 0);
+    return CL_OK;
+}
+
+/* One block of rows [r0, r1): dx (when wanted) and the block's gamma and
+ * beta sums (pg, pb, C each). */
+static inline void bwd_block(const void *x, const void *dy, void *dx,
+                             const float *gamma, const float *mean,
+                             const float *rstd, float *pg, float *pb,
+                             int64_t r0, int64_t r1, int C, int bf)
+{
+    for (int c = 0; c < C; c++)
+        pg[c] = pb[c] = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const size_t o = (size_t)(r * C) * (bf ? 2u : 4u);
+        const char *xr = (const char *)x + o, *dyr = (const char *)dy + o;
+        const float mu = mean[r], rs = rstd[r];
+        float sg[LANES] = {0}, sx[LANES] = {0};
+        int c = 0;
+        for (; c + LANES <= C; c += LANES)
+            for (int k = 0; k < LANES; k++) {
+                const float g = load(dyr, c + k, bf);
+                const float xh = (load(xr, c + k, bf) - mu) * rs;
+                sg[k] += g * gamma[c + k];
+                sx[k] += g * gamma[c + k] * xh;
+                pg[c + k] += g * xh;
+                pb[c + k] += g;
+            }
+        for (int k = 0; c < C; c++, k++) {
+            const float g = load(dyr, c, bf);
+            const float xh = (load(xr, c, bf) - mu) * rs;
+            sg[k] += g * gamma[c];
+            sx[k] += g * gamma[c] * xh;
+            pg[c] += g * xh;
+            pb[c] += g;
+        }
+        if (!dx)
+            continue;
+        const float mg = lanes_sum(sg) / (float)C;
+        const float mx = lanes_sum(sx) / (float)C;
+        char *dxr = (char *)dx + o;
+        for (c = 0; c < C; c++) {
+            const float xh = (load(xr, c, bf) - mu) * rs;
+            store(dxr, c, rs * (load(dyr, c, bf) * gamma[c] - mg - xh * mx),
+                  bf);
+        }
+    }
+}
+
+static inline void bwd_rows(const void *x, const void *dy, void *dx,
+                            const float *gamma, const float *mean,
+                            const float *rstd, float *part, int64_t rows, int C,
+                            int bf)
+{
+    const int64_t blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+#pragma omp parallel for schedule(static) if (rows * C >= (1 << 15))
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t r0 = b * BLOCK_ROWS;
+        const int64_t r1 = r0 + BLOCK_ROWS < rows ? r0 + BLOCK_ROWS : rows;
+        float *pg = part + (size_t)b * 2 * (size_t)C;
+        bwd_block(x, dy, dx, gamma, mean, rstd, pg, pg + C, r0, r1, C, bf);
+    }
+}
+
+static cl_status bwd_run(dn_ctx *d, const dn_step *s)
+{
+    const cl_node *n = &d->g->nodes[s->node];
+    const int C = n->attr.layernorm.features;
+    const int64_t rows = cl_graph_numel(d->g, n->in[0]) / C;
+    const int64_t blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    const int bf = md_bf16(&s->args[LB_X].md);
+    const void *x = arg(d, s, LB_X), *dy = arg(d, s, LB_DY);
+    void *dx = s->nargs > LB_DX ? arg(d, s, LB_DX) : NULL;
+    const float *gamma = arg(d, s, LB_GAMMA);
+    const float *mean = arg(d, s, LB_MEAN), *rstd = arg(d, s, LB_RSTD);
+    float *part = arg(d, s, LB_PART);
+    if (bf)
+        bwd_rows(x, dy, dx, gamma, mean, rstd, part, rows, C, 1);
+    else
+        bwd_rows(x, dy, dx, gamma, mean, rstd, part, rows, C, 0);
+    float *dg = arg(d, s, LB_DGAMMA), *db = arg(d, s, LB_DBETA);
+#pragma omp parallel for schedule(static) if (blocks * C >= (1 << 15))
+    for (int c = 0; c < C; c++) {
+        float g = 0.0f, b = 0.0f;
+        for (int64_t k = 0; k < blocks; k++) {
+            g += part[(size_t)k * 2 * (size_t)C + (size_t)c];
+            b += part[(size_t)k * 2 * (size_t)C + (size_t)C + (size_t)c];
+        }
+        dg[c] = g;
+        db[c] = b;
+    }
+    return CL_OK;
 }
 
 /* The statistics' md: one f32 per row (x's dims but the last). */
@@ -22,8 +242,6 @@ static void stat_md(const dnnl_memory_desc_t *src, dnnl_memory_desc_t *md)
     cl_dnnl_md_plain(md, src->ndims - 1, src->dims);
 }
 
-static const unsigned LN_FLAGS = dnnl_use_scale | dnnl_use_shift;
-
 cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -31,46 +249,32 @@ cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i)
     const cl_node *n = &g->nodes[i];
     const cl_layernorm_attr *a = &n->attr.layernorm;
     dn_norm *x = &d->nd[i].u.ln;
-    dnnl_layer_normalization_desc_t ld;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
     dn_step *s;
     dnnl_memory_desc_t smd, tmd, cmd;
     const int train = d->mode == CL_PLAN_TRAIN;
-    /* Data and its gradient in the input's type (bf16 under amp O2),
-     * statistics, gamma and beta in f32. */
     TRY(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &smd,
                             &x->src));
     x->src_md = smd;
     stat_md(&smd, &tmd);
     md_1d(&cmd, a->features);
-    DN(dnnl_layer_normalization_forward_desc_init(
-           &ld, train ? dnnl_forward_training : dnnl_forward_inference, &smd,
-           &tmd, a->eps, LN_FLAGS),
-       i, "layer normalization forward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "layer normalization forward", &ld, NULL, NULL,
-                          &pd, &prim));
-    d->nd[i].fwd_pd = pd;
     if (train) {
         TRY(cl_dnnl_md_store(d, &tmd, &x->mean));
-        TRY(cl_dnnl_md_store(d, &tmd, &x->var));
+        TRY(cl_dnnl_md_store(d, &tmd, &x->rstd));
     }
     TRY(cl_dnnl_set_md(d, n->out, &smd, -1));
-    /* The evaluation forward of a training plan runs the training
-     * primitive too: layer norm has no running statistics, so the two
-     * compute the same y. */
+    /* The evaluation forward of a training plan computes the same y (layer
+     * norm has no running statistics) without keeping them. */
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i,
-                              "layer normalization forward", i, pd, prim, &s));
-        cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, x->src, &smd);
-        cl_dnnl_arg_ext(s, DNNL_ARG_SCALE, cl_graph_param(g, n->param[0]),
-                        &cmd);
-        cl_dnnl_arg_ext(s, DNNL_ARG_SHIFT, cl_graph_param(g, n->param[1]),
-                        &cmd);
-        cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &smd);
-        if (train) {
-            cl_dnnl_arg_store(d, s, DNNL_ARG_MEAN, x->mean, &tmd);
-            cl_dnnl_arg_store(d, s, DNNL_ARG_VARIANCE, x->var, &tmd);
+        TRY(cl_dnnl_step_run(d, fwd_list(d, k), fwd_run, i,
+                             "layer normalization forward", i, &s));
+        s->aux = train && k == 0;
+        cl_dnnl_arg_store(d, s, LF_X, x->src, &smd);
+        cl_dnnl_arg_store(d, s, LF_Y, d->t[rep(d, n->out)].store, &smd);
+        cl_dnnl_arg_ext(s, LF_GAMMA, cl_graph_param(g, n->param[0]), &cmd);
+        cl_dnnl_arg_ext(s, LF_BETA, cl_graph_param(g, n->param[1]), &cmd);
+        if (s->aux) {
+            cl_dnnl_arg_store(d, s, LF_MEAN, x->mean, &tmd);
+            cl_dnnl_arg_store(d, s, LF_RSTD, x->rstd, &tmd);
         }
     }
 fail:
@@ -84,42 +288,31 @@ cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i)
     const cl_node *n = &g->nodes[i];
     const cl_layernorm_attr *a = &n->attr.layernorm;
     const dn_norm *x = &d->nd[i].u.ln;
-    dnnl_layer_normalization_desc_t ld;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
     dn_step *s;
-    dnnl_memory_desc_t tmd, cmd, pmd;
-    int dy, plain, tgt, acc;
+    dnnl_memory_desc_t tmd, cmd, pmd, partmd;
+    int dy, dx, tgt, acc, part;
     const dnnl_memory_desc_t *smd = &x->src_md;
+    const int64_t rows = cl_graph_numel(g, n->in[0]) / a->features;
+    const int64_t blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
-    if (plain < 0) {
-        /* The primitive writes dx whatever: a scratch store for it when the
-         * input (the image batch) takes no gradient. */
-        pmd = *smd;
-        TRY(cl_dnnl_md_store(d, &pmd, &plain));
-    }
+    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &dx, &tgt, &acc));
     stat_md(smd, &tmd);
     md_1d(&cmd, a->features);
-    DN(dnnl_layer_normalization_backward_desc_init(&ld, dnnl_backward, smd, smd,
-                                                   &tmd, a->eps, LN_FLAGS),
-       i, "layer normalization backward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "layer normalization backward", &ld, NULL,
-                          d->nd[i].fwd_pd, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "layer normalization backward",
-                          tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, x->src, smd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, smd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_MEAN, x->mean, &tmd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_VARIANCE, x->var, &tmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_SCALE, cl_graph_param(g, n->param[0]), &cmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_SHIFT, cl_graph_param(g, n->param[1]), &cmd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_SRC, plain, &pmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_SCALE, cl_graph_grad(g, n->param[0]),
-                    &cmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_SHIFT, cl_graph_grad(g, n->param[1]),
-                    &cmd);
-    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, plain, tgt, acc));
+    md_1d(&partmd, blocks * 2 * a->features);
+    TRY(cl_dnnl_md_store(d, &partmd, &part));
+    TRY(cl_dnnl_step_run(d, &d->bwd, bwd_run, i, "layer normalization backward",
+                         tb(d, i), &s));
+    cl_dnnl_arg_store(d, s, LB_X, x->src, smd);
+    cl_dnnl_arg_store(d, s, LB_DY, dy, smd);
+    cl_dnnl_arg_ext(s, LB_GAMMA, cl_graph_param(g, n->param[0]), &cmd);
+    cl_dnnl_arg_store(d, s, LB_MEAN, x->mean, &tmd);
+    cl_dnnl_arg_store(d, s, LB_RSTD, x->rstd, &tmd);
+    cl_dnnl_arg_ext(s, LB_DGAMMA, cl_graph_grad(g, n->param[0]), &cmd);
+    cl_dnnl_arg_ext(s, LB_DBETA, cl_graph_grad(g, n->param[1]), &cmd);
+    cl_dnnl_arg_store(d, s, LB_PART, part, &partmd);
+    if (tgt >= 0)
+        cl_dnnl_arg_store(d, s, LB_DX, dx, &pmd);
+    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, dx, tgt, acc));
     TRY(cl_dnnl_hook_step(d, i, n->param[0]));
     TRY(cl_dnnl_hook_step(d, i, n->param[1]));
 fail:
