@@ -419,13 +419,14 @@ static void onnx_case(int depth, int side, int n, const char *batch_opt)
 /* Swin's ops in a small graph: x (N,3,4,4) -> conv 1x1 (3 -> 8) ->
  * row_gather NCHW -> NHWC (N,16,8) -> linear over the tokens (8 -> 8,
  * MatMul + Add) -> s = 0.3 t t^T (Transpose, MatMul, Mul) -> o = s t ->
- * row_gather repeating tokens (N,20,8) -> droppath (Identity) -> token
- * mean (ReduceMean) -> fc (Gemm) -> logits. */
+ * row_gather repeating tokens (N,20,8) of o, plus the same of the linear's
+ * output (a second gather by the same index buffer) -> droppath
+ * (Identity) -> token mean (ReduceMean) -> fc (Gemm) -> logits. */
 enum { SW_N = 2, SW_C = 3, SW_G = 4, SW_L = SW_G * SW_G, SW_E = 8, SW_K = 4 };
 
 static cl_status build_swin_ops(cl_graph *g)
 {
-    int x, c, t, e, s, o, r, dp, m, y, it, ir;
+    int x, c, t, e, s, o, r, r2, dp, m, y, it, ir;
     cl_conv2d_attr ca = cl_conv2d_attr_make(SW_C, SW_E, 1, 1, 0);
     cl_linear_attr ea = {SW_E, SW_E, 1}, fa = {SW_E, SW_K, 1};
     cl_matmul_attr qk = {1, 0.3f}, sv = {0, 1.0f};
@@ -443,10 +444,12 @@ static cl_status build_swin_ops(cl_graph *g)
     CL_TRY(cl_graph_linear(g, "embed", t, &ea, &e));
     CL_TRY(cl_graph_matmul(g, "qk", e, e, &qk, &s));
     CL_TRY(cl_graph_matmul(g, "sv", s, e, &sv, &o));
-    CL_TRY(cl_graph_buffer_add(g, "dup.index", cl_shape_make(1, &nr), CL_I64,
+    CL_TRY(cl_graph_buffer_add(g, "repeat.index", cl_shape_make(1, &nr), CL_I64,
                                &ir));
     cl_shape rs = cl_shape_make(3, (int64_t[]){SW_N, SW_L + 4, SW_E});
     CL_TRY(cl_graph_row_gather(g, "dup", o, ir, SW_E, &rs, &r));
+    CL_TRY(cl_graph_row_gather(g, "dup2", e, ir, SW_E, &rs, &r2));
+    CL_TRY(cl_graph_add(g, "sum", r, r2, &r));
     CL_TRY(cl_graph_droppath(g, "drop", r, &da, &dp));
     CL_TRY(cl_graph_token_meanpool(g, "mean", dp, &m));
     CL_TRY(cl_graph_linear(g, "fc", m, &fa, &y));
@@ -474,10 +477,39 @@ static cl_status build_swin_ops(cl_graph *g)
     return CL_OK;
 }
 
+/* The initializers named `name` in the ONNX file at path. */
+static int onnx_initializers_named(const char *path, const char *name)
+{
+    size_t n = 0;
+    char *buf = cl_test_read_file(path, &n);
+    if (!buf)
+        return -1;
+    cl_pb_reader r, gr, tr;
+    cl_pb_field f, f2, f3;
+    int more, m2, m3, count = 0;
+    cl_pb_reader_init(&r, buf, n, 0, path);
+    while (cl_pb_next(&r, &f, &more) == CL_OK && more) {
+        if (f.number != 7)
+            continue;
+        cl_pb_reader_sub(&r, &f, &gr);
+        while (cl_pb_next(&gr, &f2, &m2) == CL_OK && m2) {
+            if (f2.number != 5)
+                continue;
+            cl_pb_reader_sub(&gr, &f2, &tr);
+            while (cl_pb_next(&tr, &f3, &m3) == CL_OK && m3)
+                count += f3.number == 8 && f3.len == strlen(name) &&
+                         !memcmp(f3.ptr, name, f3.len);
+        }
+    }
+    free(buf);
+    return count;
+}
+
 /* The graph exported at its batch and run by ONNX Runtime gives the ref
- * and onednn backends' evaluation logits (droppath the identity); a
- * dynamic batch is refused, naming the row_gather whose index is made for
- * the graph's batch. */
+ * and onednn backends' evaluation logits (droppath the identity), the
+ * index the two gathers share written once, by its name; a dynamic batch
+ * is refused, naming the row_gather whose index is made for the graph's
+ * batch. */
 CL_TEST(onnx_swin_ops)
 {
     char cmd[4096];
@@ -492,6 +524,9 @@ CL_TEST(onnx_swin_ops)
               "node tokens (row_gather) has an index made for the graph's "
               "batch of 2");
     REQUIRE_OK(cl_interop_export_onnx(&g, onnx, &fixed));
+    CHECK(onnx_initializers_named(onnx, "repeat.index") == 1);
+    CHECK(onnx_initializers_named(onnx, "tokens.index") == 1);
+    CHECK(onnx_initializers_named(onnx, "dup2.index") == 0);
     snprintf(cmd, sizeof cmd,
              CL_SOURCE_DIR "/tests/onnx/setup.sh " CL_BINARY_DIR "/onnx");
     REQUIRE(cl_test_run(cmd) == 0);

@@ -328,6 +328,27 @@ static cl_status emit_global_avgpool(emit_ctx *e)
     return CL_OK;
 }
 
+/* An initializer of the graph tensor t, a param or a buffer (f32 or
+ * int64), named by its state_dict name and written once however many
+ * nodes read it (Swin's blocks share masks and gather indices). */
+static void state_initializer(const emit_ctx *e, int t)
+{
+    const cl_graph *g = e->g;
+    const cl_gtensor *x = &g->tensors[t];
+    if (e->inited[t])
+        return;
+    e->inited[t] = 1;
+    const size_t n = (size_t)cl_shape_numel(&x->shape);
+    if (x->kind == CL_GT_BUFFER && x->dtype == CL_I64)
+        initializer_i64(e->graph, x->name, x->shape.d, x->shape.ndim,
+                        cl_graph_buffer_i64(g, t), n);
+    else
+        initializer(e->graph, x->name, x->shape.d, x->shape.ndim,
+                    x->kind == CL_GT_PARAM ? cl_graph_param(g, t)
+                                           : cl_graph_buffer(g, t),
+                    n);
+}
+
 /* A Reshape of `in` to the int64 shape dims (an initializer named after
  * the node and `tag`) into `out`. */
 static void reshape(emit_ctx *e, const char *tag, const char *in,
@@ -425,9 +446,10 @@ static cl_status emit_matmul(emit_ctx *e)
     return CL_OK;
 }
 
-/* Reshape(-1, cols) -> Gather(axis 0, the index as an int64 initializer)
- * -> Reshape(out shape).  The index is made for the graph's batch, so the
- * model is written for that batch only. */
+/* Reshape(-1, cols) -> Gather(axis 0, the index buffer as an int64
+ * initializer, once for all the gathers sharing it) -> Reshape(out
+ * shape).  The index is made for the graph's batch, so the model is
+ * written for that batch only. */
 static cl_status emit_row_gather(emit_ctx *e)
 {
     const cl_graph *g = e->g;
@@ -439,17 +461,13 @@ static cl_status emit_row_gather(emit_ctx *e)
                         "made for the graph's batch of %d; export with a "
                         "fixed batch of %d",
                         n->name, g->batch, g->batch);
-    char rows[48], picked[48], ixn[96];
+    char rows[48], picked[48];
     const int64_t flat[2] = {-1, a->cols};
     snprintf(rows, sizeof rows, "%s_rows", e->out);
     snprintf(picked, sizeof picked, "%s_picked", e->out);
     reshape(e, "rows", e->in0, flat, 2, rows);
-    const int64_t M = cl_graph_numel(g, n->buf[0]);
-    /* named after the node: nodes may share one index buffer */
-    snprintf(ixn, sizeof ixn, "%s.index", n->name);
-    initializer_i64(e->graph, ixn, &M, 1, cl_graph_buffer_i64(g, n->buf[0]),
-                    (size_t)M);
-    const char *ins[2] = {rows, ixn};
+    state_initializer(e, n->buf[0]);
+    const char *ins[2] = {rows, g->tensors[n->buf[0]].name};
     cl_pb_writer node;
     node_begin(&node, "Gather", n->name, ins, 2, picked);
     attr_int(&node, "axis", 0);
@@ -457,8 +475,6 @@ static cl_status emit_row_gather(emit_ctx *e)
     reshape(e, "out", picked, a->out.d, a->out.ndim, e->out);
     return CL_OK;
 }
-
-static void state_initializer(const emit_ctx *e, int t, const float *v);
 
 /* Rows of a learnable table by an index buffer (Swin's relative position
  * bias): Gather over axis 0 of the table, both initializers, each written
@@ -468,14 +484,8 @@ static cl_status emit_table_gather(emit_ctx *e)
     const cl_graph *g = e->g;
     const cl_node *n = e->n;
     const int tt = n->param[0], it = n->buf[0];
-    state_initializer(e, tt, cl_graph_param(g, tt));
-    if (!e->inited[it]) {
-        e->inited[it] = 1;
-        const cl_gtensor *ix = &g->tensors[it];
-        initializer_i64(e->graph, ix->name, ix->shape.d, ix->shape.ndim,
-                        cl_graph_buffer_i64(g, it),
-                        (size_t)cl_shape_numel(&ix->shape));
-    }
+    state_initializer(e, tt);
+    state_initializer(e, it);
     const char *ins[2] = {g->tensors[tt].name, g->tensors[it].name};
     cl_pb_writer node;
     node_begin(&node, "Gather", n->name, ins, 2, e->out);
@@ -530,25 +540,13 @@ static cl_status emit_linear(emit_ctx *e)
     return CL_OK;
 }
 
-/* An initializer of the graph tensor t (a param or an f32 buffer), named
- * by its state_dict name, once (Swin's blocks share a mask). */
-static void state_initializer(const emit_ctx *e, int t, const float *v)
-{
-    const cl_gtensor *x = &e->g->tensors[t];
-    if (e->inited[t])
-        return;
-    e->inited[t] = 1;
-    initializer(e->graph, x->name, x->shape.d, x->shape.ndim, v,
-                (size_t)cl_shape_numel(&x->shape));
-}
-
 /* LayerNormalization (opset 17) over the last axis. */
 static cl_status emit_layernorm(emit_ctx *e)
 {
     const cl_graph *g = e->g;
     const cl_node *n = e->n;
-    state_initializer(e, n->param[0], cl_graph_param(g, n->param[0]));
-    state_initializer(e, n->param[1], cl_graph_param(g, n->param[1]));
+    state_initializer(e, n->param[0]);
+    state_initializer(e, n->param[1]);
     const char *ins[3] = {e->in0, g->tensors[n->param[0]].name,
                           g->tensors[n->param[1]].name};
     cl_pb_writer node;
@@ -613,7 +611,7 @@ static cl_status emit_softmax(emit_ctx *e)
         z = v_b;
     }
     if (n->n_buf > 0) {
-        state_initializer(e, n->buf[0], cl_graph_buffer(g, n->buf[0]));
+        state_initializer(e, n->buf[0]);
         snprintf(v_m, sizeof v_m, "%s_mask", e->out);
         binary(e, "Add", "add_mask", z, g->tensors[n->buf[0]].name, v_m);
         z = v_m;

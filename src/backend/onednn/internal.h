@@ -139,9 +139,9 @@ typedef struct dn_fallback {
 } dn_fallback;
 
 /* row_gather, droppath, token_meanpool (tokens.c): the positions that
- * read each input row, rebuilt from the index at every row_gather
- * backward (R + 1 starts, M positions), so dx sums them in position order
- * on any thread count. */
+ * read each input row (R + 1 starts, M positions), sorted from the index
+ * once when row_gather's backward is planned, so every backward sums them
+ * in position order on any thread count. */
 typedef struct dn_tokens {
     int64_t *start, *list;
 } dn_tokens;

@@ -205,29 +205,16 @@ static cl_status row_gather_run(dn_ctx *d, const dn_step *s)
 }
 
 /* dx row r = the sum of dy's rows at the positions reading r, in order of
- * position (the reference's order): a counting sort of the index gives
- * each row its positions, then the rows are independent. */
+ * position (the reference's order), from the inverse the plan made: the
+ * rows are independent. */
 static cl_status row_gather_bwd_run(dn_ctx *d, const dn_step *s)
 {
     const cl_node *n = &d->g->nodes[s->node];
-    dn_tokens *t = &d->nd[s->node].u.tok;
-    const int64_t *ix = cl_graph_buffer_i64(d->g, n->buf[0]);
+    const dn_tokens *t = &d->nd[s->node].u.tok;
     const int cols = n->attr.row_gather.cols;
     const int bf = arg_bf16(s, TK_IN);
     int64_t M, R;
     gather_rows(d, n, &M, &R);
-    memset(t->start, 0, sizeof *t->start * (size_t)(R + 1));
-    for (int64_t i = 0; i < M; i++)
-        t->start[ix[i] + 1]++;
-    for (int64_t r = 0; r < R; r++)
-        t->start[r + 1] += t->start[r];
-    /* list[start[r] + k]: the k-th position reading r; start[] is moved
-     * past each filled slot and moved back after. */
-    for (int64_t i = 0; i < M; i++)
-        t->list[t->start[ix[i]]++] = i;
-    for (int64_t r = R; r > 0; r--)
-        t->start[r] = t->start[r - 1];
-    t->start[0] = 0;
     const void *dy = arg(d, s, TK_OUT);
     void *dx = arg(d, s, TK_IN);
 #pragma omp parallel for schedule(static) if (R * cols >= (1 << 15))
@@ -248,12 +235,38 @@ cl_status cl_dnnl_row_gather_fwd(dn_ctx *d, int i)
     return plan_fwd(d, i, row_gather_run, "row gather");
 }
 
+/* The positions reading each of the R input rows, by a counting sort of
+ * the M positions of ix (in range): list[start[r] .. start[r + 1]) are
+ * those reading row r, in increasing order. */
+static void gather_inverse(int64_t *start, int64_t *list, const int64_t *ix,
+                           int64_t M, int64_t R)
+{
+    memset(start, 0, sizeof *start * (size_t)(R + 1));
+    for (int64_t i = 0; i < M; i++)
+        start[ix[i] + 1]++;
+    for (int64_t r = 0; r < R; r++)
+        start[r + 1] += start[r];
+    /* start[] is moved past each filled slot and moved back after. */
+    for (int64_t i = 0; i < M; i++)
+        list[start[ix[i]]++] = i;
+    for (int64_t r = R; r > 0; r--)
+        start[r] = start[r - 1];
+    start[0] = 0;
+}
+
+/* The index is a constant of the plan (the builder fills it before
+ * planning), so its inverse is sorted here, once, and every backward
+ * reads it; the forward still checks the index at each step. */
 cl_status cl_dnnl_row_gather_bwd(dn_ctx *d, int i)
 {
     const cl_node *n = &d->g->nodes[i];
     dn_tokens *t = &d->nd[i].u.tok;
+    const int64_t *ix = cl_graph_buffer_i64(d->g, n->buf[0]);
     int64_t M, R;
     gather_rows(d, n, &M, &R);
+    cl_status r = cl_row_gather_check(ix, M, R);
+    if (r != CL_OK)
+        return cl_error_wrap(r, "%s: ", n->name);
     if (!t->start) {
         t->start =
             cl_alloc(sizeof *t->start * (size_t)(R + 1), "onednn: row gather");
@@ -261,6 +274,7 @@ cl_status cl_dnnl_row_gather_bwd(dn_ctx *d, int i)
         if (!t->start || !t->list)
             return CL_ERR_NOMEM;
     }
+    gather_inverse(t->start, t->list, ix, M, R);
     return plan_bwd(d, i, row_gather_bwd_run, "row gather backward");
 }
 
