@@ -215,16 +215,36 @@ static cl_status row_gather_bwd_run(dn_ctx *d, const dn_step *s)
     const int bf = arg_bf16(s, TK_IN);
     int64_t M, R;
     gather_rows(d, n, &M, &R);
-    const void *dy = arg(d, s, TK_OUT);
-    void *dx = arg(d, s, TK_IN);
+    const char *dy = arg(d, s, TK_OUT);
+    char *dx = arg(d, s, TK_IN);
+    const size_t row = (size_t)cols * (bf ? sizeof(uint16_t) : sizeof(float));
+    /* Most rows are read once (window partition and reverse, the head
+     * split): their gradient is one row copied.  Rows read more than once
+     * start from the first reader's row and add the others in position
+     * order, the reference's sums (0 + a = a). */
 #pragma omp parallel for schedule(static) if (R * cols >= (1 << 15))
     for (int64_t r = 0; r < R; r++) {
         const int64_t b = t->start[r], e = t->start[r + 1];
-        for (int c = 0; c < cols; c++) {
-            float acc = 0.0f;
-            for (int64_t k = b; k < e; k++)
-                acc += get(dy, t->list[k] * cols + c, bf);
-            put(dx, r * cols + c, acc, bf);
+        char *to = dx + (size_t)r * row;
+        if (b == e) {
+            memset(to, 0, row);
+            continue;
+        }
+        memcpy(to, dy + (size_t)t->list[b] * row, row);
+        if (!bf) {
+            float *acc = (float *)to;
+            for (int64_t k = b + 1; k < e; k++) {
+                const float *from = (const float *)dy + t->list[k] * cols;
+                for (int c = 0; c < cols; c++)
+                    acc[c] += from[c];
+            }
+            continue;
+        }
+        for (int c = 0; c < cols && e - b > 1; c++) {
+            float acc = get(dy, t->list[b] * cols + c, 1);
+            for (int64_t k = b + 1; k < e; k++)
+                acc += get(dy, t->list[k] * cols + c, 1);
+            put(dx, r * cols + c, acc, 1);
         }
     }
     return CL_OK;
