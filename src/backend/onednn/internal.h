@@ -326,6 +326,23 @@ static inline dnnl_memory_desc_t md_as(const dnnl_memory_desc_t *md,
     return r;
 }
 
+/* Element k of a plain f32 or bf16 (bf) array, as f32; and back, rounded
+ * as cl_bf16_from_f32 does.  The backend's own loops read activations of
+ * either type through these. */
+static inline float dn_get(const void *p, int64_t k, int bf)
+{
+    return bf ? cl_f32_from_bf16(((const uint16_t *)p)[k])
+              : ((const float *)p)[k];
+}
+
+static inline void dn_put(void *p, int64_t k, float v, int bf)
+{
+    if (bf)
+        ((uint16_t *)p)[k] = cl_bf16_from_f32(v);
+    else
+        ((float *)p)[k] = v;
+}
+
 static inline int md_bf16(const dnnl_memory_desc_t *md)
 {
     return md->data_type == dnnl_bf16;

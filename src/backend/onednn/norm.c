@@ -99,20 +99,6 @@ static inline void store16(void *y, int64_t c, const v16 *v, int bf)
     memcpy((uint16_t *)y + c, &h, sizeof h);
 }
 
-static inline float load1(const void *x, int64_t c, int bf)
-{
-    return bf ? cl_f32_from_bf16(((const uint16_t *)x)[c])
-              : ((const float *)x)[c];
-}
-
-static inline void store1(void *y, int64_t c, float v, int bf)
-{
-    if (bf)
-        ((uint16_t *)y)[c] = cl_bf16_from_f32(v);
-    else
-        ((float *)y)[c] = v;
-}
-
 static inline float lanes_sum(const v16 *a)
 {
     float s = 0.0f;
@@ -131,14 +117,14 @@ static inline void row_stats(const void *x, int C, float eps, int bf,
     for (int c = 0; c < C16; c += LANES)
         a += load16(x, c, bf);
     for (int c = C16; c < C; c++)
-        a[c - C16] += load1(x, c, bf);
+        a[c - C16] += dn_get(x, c, bf);
     const float mu = lanes_sum(&a) / (float)C;
     for (int c = 0; c < C16; c += LANES) {
         const v16 v = load16(x, c, bf) - mu;
         q += v * v;
     }
     for (int c = C16; c < C; c++) {
-        const float v = load1(x, c, bf) - mu;
+        const float v = dn_get(x, c, bf) - mu;
         q[c - C16] += v * v;
     }
     *mean = mu;
@@ -163,7 +149,7 @@ static inline void fwd_rows(const void *x, void *y, const float *gamma,
             store16(yr, c, &v, bf);
         }
         for (int c = C16; c < C; c++)
-            store1(yr, c, (load1(xr, c, bf) - mu) * rs * gamma[c] + beta[c],
+            dn_put(yr, c, (dn_get(xr, c, bf) - mu) * rs * gamma[c] + beta[c],
                    bf);
         if (mean) {
             mean[r] = mu;
@@ -219,8 +205,8 @@ static inline void bwd_block(const void *x, const void *dy, void *dx,
             store16(pb, c, &nb, 0);
         }
         for (int c = C16; c < C; c++) {
-            const float g = load1(dyr, c, bf);
-            const float xh = (load1(xr, c, bf) - mu) * rs;
+            const float g = dn_get(dyr, c, bf);
+            const float xh = (dn_get(xr, c, bf) - mu) * rs;
             sg[c - C16] += g * gamma[c];
             sx[c - C16] += g * gamma[c] * xh;
             pg[c] += g * xh;
@@ -238,8 +224,8 @@ static inline void bwd_block(const void *x, const void *dy, void *dx,
             store16(dxr, c, &v, bf);
         }
         for (int c = C16; c < C; c++) {
-            const float xh = (load1(xr, c, bf) - mu) * rs;
-            store1(dxr, c, rs * (load1(dyr, c, bf) * gamma[c] - mg - xh * mx),
+            const float xh = (dn_get(xr, c, bf) - mu) * rs;
+            dn_put(dxr, c, rs * (dn_get(dyr, c, bf) * gamma[c] - mg - xh * mx),
                    bf);
         }
     }

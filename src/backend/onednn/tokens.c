@@ -89,22 +89,8 @@ cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
     return CL_OK;
 }
 
-/* ---- elements of either type ---------------------------------------------
+/* ---- steps ----------------------------------------------------------------
  */
-
-static inline float get(const void *p, int64_t k, int bf)
-{
-    return bf ? cl_f32_from_bf16(((const uint16_t *)p)[k])
-              : ((const float *)p)[k];
-}
-
-static inline void put(void *p, int64_t k, float v, int bf)
-{
-    if (bf)
-        ((uint16_t *)p)[k] = cl_bf16_from_f32(v);
-    else
-        ((float *)p)[k] = v;
-}
 
 /* Positions of a token step's arguments. */
 enum { TK_IN = 0, TK_OUT = 1 };
@@ -241,10 +227,10 @@ static cl_status row_gather_bwd_run(dn_ctx *d, const dn_step *s)
             continue;
         }
         for (int c = 0; c < cols && e - b > 1; c++) {
-            float acc = get(dy, t->list[b] * cols + c, 1);
+            float acc = dn_get(dy, t->list[b] * cols + c, 1);
             for (int64_t k = b + 1; k < e; k++)
-                acc += get(dy, t->list[k] * cols + c, 1);
-            put(dx, r * cols + c, acc, 1);
+                acc += dn_get(dy, t->list[k] * cols + c, 1);
+            dn_put(dx, r * cols + c, acc, 1);
         }
     }
     return CL_OK;
@@ -324,7 +310,7 @@ static void droppath_apply(dn_ctx *d, const dn_step *s, void *y, const void *x,
         const int64_t o = (int64_t)k * per;
         if (bf)
             for (int64_t e = 0; e < per; e++)
-                put(y, o + e, get(x, o + e, 1) * f, 1);
+                dn_put(y, o + e, dn_get(x, o + e, 1) * f, 1);
         else
             for (int64_t e = 0; e < per; e++)
                 ((float *)y)[o + e] = ((const float *)x)[o + e] * f;
@@ -379,8 +365,8 @@ static cl_status meanpool_run(dn_ctx *d, const dn_step *s)
         const int64_t b = q / C, c = q % C;
         double sum = 0.0;
         for (int64_t l = 0; l < L; l++)
-            sum += get(x, (b * L + l) * C + c, bf);
-        put(y, q, (float)(sum / (double)L), bf);
+            sum += dn_get(x, (b * L + l) * C + c, bf);
+        dn_put(y, q, (float)(sum / (double)L), bf);
     }
     return CL_OK;
 }
@@ -397,7 +383,7 @@ static cl_status meanpool_bwd_run(dn_ctx *d, const dn_step *s)
     for (int64_t q = 0; q < B * L; q++) {
         const int64_t b = q / L;
         for (int64_t c = 0; c < C; c++)
-            put(dx, q * C + c, get(dy, b * C + c, bf) * inv, bf);
+            dn_put(dx, q * C + c, dn_get(dy, b * C + c, bf) * inv, bf);
     }
     return CL_OK;
 }
