@@ -170,7 +170,8 @@ static cl_status fwd_run(dn_ctx *d, const dn_step *s)
     void *y = arg(d, s, LF_Y);
     const float *gamma = arg(d, s, LF_GAMMA), *beta = arg(d, s, LF_BETA);
     const float eps = n->attr.layernorm.eps;
-    /* A constant bf lets each call's loops be compiled for one type. */
+    /* One call per type, so that the compiler may specialise the loops
+     * (whether it does inside the OpenMP region is not measured). */
     if (bf)
         fwd_rows(x, y, gamma, beta, mean, rstd, rows, C, eps, 1);
     else
