@@ -1793,7 +1793,12 @@ static int node_of(const cl_graph *g, cl_op_kind op)
     return -1;
 }
 
-static cl_status build_tokens(cl_graph *g, int batch)
+/* how 0: heads folded into the batch, (N H, L, HD), so no gather is an
+ * affine view and all of them run; 1: heads a dimension, (N, H, L, HD),
+ * so oneDNN's matmuls read q, k, v and write the merged heads in place
+ * (lower.c's views); 2: as 1, but k reads q's rows, so the gathers of qkv
+ * do not cover it once and run, while the merge is still a view. */
+static cl_status build_tokens_how(cl_graph *g, int batch, int how)
 {
     const int N = batch;
     int x, c, t, qkv, h[3], s, o, m, dup, dp, mp, y;
@@ -1815,7 +1820,8 @@ static cl_status build_tokens(cl_graph *g, int batch)
     static const char *names[3] = {"q", "k", "v"},
                       *inames[3] = {"q.index", "k.index", "v.index"};
     cl_shape hs =
-        cl_shape_make(3, (int64_t[]){(int64_t)N * TK_HEADS, TK_L, TK_HD});
+        how ? cl_shape_make(4, (int64_t[]){N, TK_HEADS, TK_L, TK_HD})
+            : cl_shape_make(3, (int64_t[]){(int64_t)N * TK_HEADS, TK_L, TK_HD});
     for (int k = 0; k < 3; k++) {
         CL_TRY(cl_graph_buffer_add(g, inames[k],
                                    cl_shape_make(1, (int64_t[]){nt * TK_HEADS}),
@@ -1852,8 +1858,8 @@ static cl_status build_tokens(cl_graph *g, int batch)
             for (int hh = 0; hh < TK_HEADS; hh++)
                 for (int l = 0; l < TK_L; l++)
                     p[((int64_t)n * TK_HEADS + hh) * TK_L + l] =
-                        ((int64_t)n * TK_L + l) * 3 * TK_HEADS + k * TK_HEADS +
-                        hh;
+                        ((int64_t)n * TK_L + l) * 3 * TK_HEADS +
+                        (how == 2 && k == 1 ? 0 : k) * TK_HEADS + hh;
     }
     p = cl_graph_buffer_i64(g, im);
     for (int n = 0; n < N; n++)
@@ -1867,6 +1873,21 @@ static cl_status build_tokens(cl_graph *g, int batch)
             p[(int64_t)n * (TK_L + TK_DUP) + j] =
                 (int64_t)n * TK_L + (j < TK_L ? j : (j - TK_L) * 5 % TK_L);
     return CL_OK;
+}
+
+static cl_status build_tokens(cl_graph *g, int batch)
+{
+    return build_tokens_how(g, batch, 1);
+}
+
+static cl_status build_tokens_3d(cl_graph *g, int batch)
+{
+    return build_tokens_how(g, batch, 0);
+}
+
+static cl_status build_tokens_shared(cl_graph *g, int batch)
+{
+    return build_tokens_how(g, batch, 2);
 }
 
 /* A step at which the droppath node of g keeps some samples and drops
@@ -1890,13 +1911,12 @@ static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
  * and names[1] with options two[]: loss and logits within ftol, every
  * gradient within gtol (maxima, or cosine >= 1 - gtol when cos), then an
  * evaluation forward (droppath the identity). */
-static void tokens_case(const char *const names[2],
+static void tokens_case(build_fn build, const char *const names[2],
                         const cl_backend_opts two[2], double ftol, double gtol,
                         int cos)
 {
     pair p;
-    cl_status s =
-        pair_make_two(&p, build_tokens, 4, CL_PLAN_TRAIN, 13, names, two);
+    cl_status s = pair_make_two(&p, build, 4, CL_PLAN_TRAIN, 13, names, two);
     if (s != CL_OK) {
         cl_test_fail(__FILE__, __LINE__, "setup: %s", cl_last_error());
         pair_free(&p);
@@ -1947,25 +1967,38 @@ static void tokens_case(const char *const names[2],
 CL_TEST(tokens_f32_like_ref)
 {
     static const char *const names[2] = {"ref", "onednn"};
-    for (int cl = 0; cl <= 1; cl++) {
-        cl_backend_opts two[2] = {{0}, {0}};
-        two[1].channels_last = cl;
-        tokens_case(names, two, 1e-4, 2e-4, 0);
+    /* The gathers each plan runs (in both forward lists): with the heads
+     * a dimension only the tokens and dup gathers are left. */
+    static const struct {
+        build_fn build;
+        int gathers;
+    } cases[] = {
+        {build_tokens, 2}, {build_tokens_3d, 6}, {build_tokens_shared, 5}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int cl = 0; cl <= 1; cl++) {
+            cl_backend_opts two[2] = {{0}, {0}};
+            two[1].channels_last = cl;
+            tokens_case(cases[c].build, names, two, 1e-4, 2e-4, 0);
+        }
+        pair p;
+        cl_backend_opts o = {.channels_last = 1};
+        REQUIRE_OK(
+            pair_make_opts(&p, cases[c].build, 4, CL_PLAN_TRAIN, 13, &o));
+        CHECK(cl_backend_fallback_ops(p.be[1]) == 0);
+        CHECK(cl_dnnl_plan_steps(p.be[1], "plain copy") >= 2);
+        CHECK(cl_dnnl_plan_steps(p.be[1], "plain gradient back") == 1);
+        CHECK(cl_dnnl_plan_steps(p.be[1], "row gather") ==
+              2 * cases[c].gathers);
+        CHECK(cl_dnnl_plan_steps(p.be[1], "row gather backward") ==
+              cases[c].gathers);
+        CHECK(cl_dnnl_plan_steps(p.be[1], "matmul forward") == 2 * 2);
+        pair_free(&p);
     }
-    pair p;
-    cl_backend_opts o = {.channels_last = 1};
-    REQUIRE_OK(pair_make_opts(&p, build_tokens, 4, CL_PLAN_TRAIN, 13, &o));
-    CHECK(cl_backend_fallback_ops(p.be[1]) == 0);
-    CHECK(cl_dnnl_plan_steps(p.be[1], "plain copy") >= 2);
-    CHECK(cl_dnnl_plan_steps(p.be[1], "plain gradient back") == 1);
-    CHECK(cl_dnnl_plan_steps(p.be[1], "row gather") == 2 * 6);
-    CHECK(cl_dnnl_plan_steps(p.be[1], "matmul forward") == 2 * 2);
-    pair_free(&p);
     cl_backend_opts two[2] = {{0}, {0}};
     two[1].fallback_ops = 1u << CL_OP_ROW_GATHER | 1u << CL_OP_DROPPATH |
                           1u << CL_OP_TOKEN_MEANPOOL | 1u << CL_OP_MATMUL |
                           1u << CL_OP_LINEAR;
-    tokens_case(names, two, 1e-4, 2e-4, 0);
+    tokens_case(build_tokens, names, two, 1e-4, 2e-4, 0);
 }
 
 /* A bad index stops the oneDNN forward naming the node, as the ref's; a
@@ -2002,19 +2035,24 @@ CL_TEST(tokens_amp_o2)
     static const char *const vs_ref[2] = {"ref", "onednn"};
     static const char *const both[2] = {"onednn", "onednn"};
     cl_backend_opts two[2] = {{0}, {0}};
-    two[1].amp_level = 1; /* bf16 reads, f32 outputs */
-    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
+    /* With the heads as views and as gathers. */
+    for (int v = 0; v < 2; v++) {
+        build_fn b = v ? build_tokens : build_tokens_3d;
+        two[1].amp_level = 1; /* bf16 reads, f32 outputs */
+        tokens_case(b, vs_ref, two, 2e-2, 1e-2, 1);
+        two[1].amp_level = 2;
+        tokens_case(b, vs_ref, two, 2e-2, 1e-2, 1);
+        two[1].channels_last = 1;
+        tokens_case(b, vs_ref, two, 2e-2, 1e-2, 1);
+        two[1].channels_last = 0;
+    }
     two[1].amp_level = 2;
-    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
-    two[1].channels_last = 1;
-    tokens_case(vs_ref, two, 2e-2, 1e-2, 1);
     two[0].amp_level = 2;
-    two[1].channels_last = 0;
     /* (not linear: the head on the fallback would hand the loss bf16
      * logits) */
     two[0].fallback_ops = 1u << CL_OP_ROW_GATHER | 1u << CL_OP_DROPPATH |
                           1u << CL_OP_TOKEN_MEANPOOL | 1u << CL_OP_MATMUL;
-    tokens_case(both, two, 1e-2, 1e-3, 1);
+    tokens_case(build_tokens, both, two, 1e-2, 1e-3, 1);
 }
 
 /* Each per-op graph with its ops run through the fallback holds to the

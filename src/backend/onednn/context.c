@@ -251,17 +251,24 @@ cl_status cl_dnnl_step_run(dn_ctx *d, dn_list *l, dn_run_fn fn, int node,
     return CL_OK;
 }
 
-void cl_dnnl_arg_store(dn_ctx *d, dn_step *s, int arg, int store,
-                       const dnnl_memory_desc_t *md)
+void cl_dnnl_arg_store_at(dn_ctx *d, dn_step *s, int arg, int store, size_t off,
+                          const dnnl_memory_desc_t *md)
 {
     CL_ASSERT(s->nargs < DN_MAX_ARGS && store >= 0);
     dn_arg *a = &s->args[s->nargs++];
     a->arg = arg;
     a->kind = REF_STORE;
     a->store = store;
+    a->off = off;
     a->ptr = NULL;
     a->md = *md;
     cl_dnnl_touch(d, store, s->time);
+}
+
+void cl_dnnl_arg_store(dn_ctx *d, dn_step *s, int arg, int store,
+                       const dnnl_memory_desc_t *md)
+{
+    cl_dnnl_arg_store_at(d, s, arg, store, 0, md);
 }
 
 void cl_dnnl_arg_ext(dn_step *s, int arg, void *ptr,
@@ -298,7 +305,7 @@ void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a)
 {
     switch (a->kind) {
     case REF_STORE:
-        return d->arena + d->st[a->store].off;
+        return d->arena + d->st[a->store].off + a->off;
     case REF_EXT:
         return a->ptr;
     case REF_SCRATCH:

@@ -46,6 +46,7 @@ typedef struct dn_arg {
     int arg; /* DNNL_ARG_*, or a position for custom steps */
     dn_ref_kind kind;
     int store;
+    size_t off; /* REF_STORE: bytes from the store's start */
     void *ptr;
     dnnl_memory_desc_t md;
 } dn_arg;
@@ -146,9 +147,21 @@ typedef struct dn_tokens {
     int64_t *start, *list;
 } dn_tokens;
 
-/* matmul (matmul.c): the stores of a and b as the forward read them. */
+/* A matmul operand (or output) read (written) in place through strides
+ * instead of by a row_gather that would copy it (lower.c): rows of `cols`
+ * elements of tensor x, matrix (i0, i1) of the (n0, n1) batch starting
+ * at row base + i0 s[0] + i1 s[1], its rows s[2] rows apart. */
+typedef struct dn_view {
+    int x; /* tensor whose storage is read or written, or -1: no view */
+    int64_t n0, n1, base, s[3];
+} dn_view;
+
+/* matmul (matmul.c): the stores of a and b as the forward read them, and
+ * a, b and the output as views (v[0], v[1], v[2]) where lowering made
+ * them so. */
 typedef struct dn_matmul {
     int a, b;
+    dn_view v[3];
 } dn_matmul;
 
 typedef struct dn_node {
@@ -252,6 +265,8 @@ cl_status cl_dnnl_droppath_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_droppath_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_token_meanpool_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_token_meanpool_bwd(dn_ctx *d, int i);
+void cl_dnnl_matmul_init(dn_node *x);
+void cl_dnnl_matmul_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i);
 void cl_dnnl_add_lower(dn_ctx *d, int i);
@@ -444,6 +459,9 @@ cl_status cl_dnnl_step_new(dn_ctx *d, dn_list *l, dn_step_kind k, int node,
 /* A step that runs fn (STEP_RUN). */
 cl_status cl_dnnl_step_run(dn_ctx *d, dn_list *l, dn_run_fn fn, int node,
                            const char *what, int time, dn_step **out);
+/* Store argument off bytes into the store (a view of part of it). */
+void cl_dnnl_arg_store_at(dn_ctx *d, dn_step *s, int arg, int store, size_t off,
+                          const dnnl_memory_desc_t *md);
 void cl_dnnl_arg_store(dn_ctx *d, dn_step *s, int arg, int store,
                        const dnnl_memory_desc_t *md);
 void cl_dnnl_arg_ext(dn_step *s, int arg, void *ptr,

@@ -1,35 +1,57 @@
 /* The oneDNN backend's batched matmul (attention's alpha q k^T and s v) as
  * matmul primitives, forward and backward planning side by side.
  *
- * The leading dimensions collapse to one batch dimension B: a is read as
- * (B,M,K) and b as (B or 1,K,N), a transposed b being the same memory
- * described with swapped strides, a 2-d b broadcast over B.  alpha is the
- * primitive's output scale.  Backward is two more matmuls on views of the
- * same memory: da = alpha dy b^T and db = alpha a^T dy, the latter over
- * the B*M rows at once when b was broadcast (so its sum over the batch is
- * the product's own).  Under amp the inputs are read in the compute type
- * (bf16) and the output written in the activation type, as convolutions. */
+ * Each of a, b and the output is a "side": a batch of matrices at given
+ * strides in a store.  A plain side is (B,M,K) row-major, b broadcast over
+ * the batch when it is 2-d; a side lowering made a view (lower.c) is read
+ * or written in place in the tensor a row_gather would have copied it
+ * from or into, as a (n0, n1) batch (the heads a dimension of their own).
+ * A transposed operand is the same memory described with swapped
+ * strides.  alpha is the primitive's output scale.  Backward is two more
+ * matmuls on the same sides: da = alpha dy b^T and db = alpha a^T dy, the
+ * latter over the B*M rows at once when b was broadcast (so its sum over
+ * the batch is the product's own).  Under amp the inputs are read in the
+ * compute type (bf16) and the output written in the activation type, as
+ * convolutions. */
 #include "backend/onednn/internal.h"
 
-/* A 3-d md of memory holding (nb, r, c) row-major, read as (nb, r, c) or,
- * transposed, as (nb, c, r); nb 0 gives the 2-d (r, c) or (c, r). */
-static void view(dnnl_memory_desc_t *md, int64_t nb, int64_t r, int64_t c,
-                 int trans, dnnl_data_type_t dt)
+/* Matrices of r x c elements: matrix (i0, i1) at off bytes + i0 st[0] +
+ * i1 st[1] elements, its rows st[2] apart, its columns dense. */
+typedef struct mm_side {
+    int store;
+    size_t off;
+    int64_t r, c, st[3];
+} mm_side;
+
+/* (nb, r, c) row-major in store as a batch (n1 of them per n0). */
+static mm_side side_plain(int store, int64_t n1, int64_t r, int64_t c)
 {
-    dnnl_dims_t dims, strides;
-    int k = 0;
-    if (nb > 0) {
-        dims[0] = nb;
-        strides[0] = r * c;
-        k = 1;
-    }
-    dims[k] = trans ? c : r;
-    dims[k + 1] = trans ? r : c;
-    strides[k] = trans ? 1 : c;
-    strides[k + 1] = trans ? c : 1;
-    dnnl_status_t s =
-        dnnl_memory_desc_init_by_strides(md, k + 2, dims, dt, strides);
-    CL_ASSERT(s == dnnl_success);
+    mm_side s = {store, 0, r, c, {n1 * r * c, r * c, c}};
+    return s;
+}
+
+/* View v of r x c matrices in store, elements of dt. */
+static mm_side side_view(const dn_view *v, int store, int64_t r, int64_t c,
+                         dnnl_data_type_t dt)
+{
+    mm_side s = {store,
+                 (size_t)(v->base * c) * dnnl_data_type_size(dt),
+                 r,
+                 c,
+                 {v->s[0] * c, v->s[1] * c, v->s[2] * c}};
+    return s;
+}
+
+/* The md of side s as an (n0, n1) batch, read transposed as c x r
+ * matrices when trans; n0 = n1 = 1 is a b broadcast over the batch. */
+static void side_md(dnnl_memory_desc_t *md, const mm_side *s, int64_t n0,
+                    int64_t n1, int trans, dnnl_data_type_t dt)
+{
+    dnnl_dims_t dims = {n0, n1, trans ? s->c : s->r, trans ? s->r : s->c};
+    dnnl_dims_t st = {s->st[0], s->st[1], trans ? 1 : s->st[2],
+                      trans ? s->st[2] : 1};
+    dnnl_status_t r = dnnl_memory_desc_init_by_strides(md, 4, dims, dt, st);
+    CL_ASSERT(r == dnnl_success);
 }
 
 static cl_matmul_dims dims_of_node(const dn_ctx *d, const cl_node *n)
@@ -38,12 +60,25 @@ static cl_matmul_dims dims_of_node(const dn_ctx *d, const cl_node *n)
                              &gt(d, n->in[1])->shape);
 }
 
-/* A matmul primitive src x weights -> dst scaled by alpha, as a step of
- * list l at time. */
+/* The node's batch as (n0, n1): its views' split, else (B, 1). */
+static void batch_split(const dn_matmul *x, const cl_matmul_dims *m,
+                        int64_t *n0, int64_t *n1)
+{
+    *n0 = m->B;
+    *n1 = 1;
+    for (int k = 0; k < 3; k++)
+        if (x->v[k].x >= 0) {
+            *n0 = x->v[k].n0;
+            *n1 = x->v[k].n1;
+        }
+}
+
+/* A matmul primitive src x w -> dst scaled by alpha, as a step of list l
+ * at time (every forward list when fwd). */
 static cl_status mm_step(dn_ctx *d, int i, dn_list *l, int time,
-                         const char *what, float alpha, int src,
-                         const dnnl_memory_desc_t *smd, int w,
-                         const dnnl_memory_desc_t *wmd, int dst,
+                         const char *what, float alpha, const mm_side *src,
+                         const dnnl_memory_desc_t *smd, const mm_side *w,
+                         const dnnl_memory_desc_t *wmd, const mm_side *dst,
                          const dnnl_memory_desc_t *dmd, int fwd)
 {
     cl_status st = CL_OK;
@@ -61,14 +96,30 @@ static cl_status mm_step(dn_ctx *d, int i, dn_list *l, int time,
     for (int k = 0; k < (fwd ? n_fwd_lists(d) : 1); k++) {
         TRY(cl_dnnl_step_prim(d, fwd ? fwd_list(d, k) : l, i, what, time, pd,
                               prim, &s));
-        cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, smd);
-        cl_dnnl_arg_store(d, s, DNNL_ARG_WEIGHTS, w, wmd);
-        cl_dnnl_arg_store(d, s, DNNL_ARG_DST, dst, dmd);
+        cl_dnnl_arg_store_at(d, s, DNNL_ARG_SRC, src->store, src->off, smd);
+        cl_dnnl_arg_store_at(d, s, DNNL_ARG_WEIGHTS, w->store, w->off, wmd);
+        cl_dnnl_arg_store_at(d, s, DNNL_ARG_DST, dst->store, dst->off, dmd);
     }
 fail:
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     return st;
+}
+
+/* Operand k (0: a, 1: b) as the forward reads it, r x c as stored. */
+static mm_side operand(const dn_ctx *d, const dn_matmul *x, int k, int64_t n1,
+                       int64_t r, int64_t c)
+{
+    const int store = k ? x->b : x->a;
+    if (x->v[k].x >= 0)
+        return side_view(&x->v[k], store, r, c, conv_dt(d));
+    return side_plain(store, n1, r, c);
+}
+
+void cl_dnnl_matmul_init(dn_node *x)
+{
+    for (int k = 0; k < 3; k++)
+        x->u.mm.v[k].x = -1;
 }
 
 cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
@@ -80,24 +131,68 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
     dn_matmul *x = &d->nd[i].u.mm;
     dnnl_memory_desc_t full, amd, bmd, ymd;
     dnnl_dims_t dims;
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], conv_dt(d), &full, &x->a));
-    TRY(cl_dnnl_plain_value(d, i, n->in[1], conv_dt(d), &full, &x->b));
-    view(&amd, m.B, m.M, m.K, 0, conv_dt(d));
-    /* b's memory: (Bb, K, N), or (Bb, N, K) read transposed. */
-    const int64_t nb = m.b_batched ? m.B : 1;
-    if (at->trans_b)
-        view(&bmd, nb, m.N, m.K, 1, conv_dt(d));
+    int64_t n0, n1;
+    batch_split(x, &m, &n0, &n1);
+    for (int k = 0; k < 2; k++) {
+        const int t = x->v[k].x >= 0 ? x->v[k].x : n->in[k];
+        TRY(cl_dnnl_plain_value(d, i, t, conv_dt(d), &full, k ? &x->b : &x->a));
+    }
+    const mm_side a = operand(d, x, 0, n1, m.M, m.K);
+    /* b as stored: (K, N), or (N, K) read transposed. */
+    const mm_side b =
+        operand(d, x, 1, n1, at->trans_b ? m.N : m.K, at->trans_b ? m.K : m.N);
+    side_md(&amd, &a, n0, n1, 0, conv_dt(d));
+    if (m.b_batched)
+        side_md(&bmd, &b, n0, n1, at->trans_b, conv_dt(d));
     else
-        view(&bmd, nb, m.K, m.N, 0, conv_dt(d));
-    view(&ymd, m.B, m.M, m.N, 0, act_dt(d));
-    const cl_shape *ys = &gt(d, n->out)->shape;
+        side_md(&bmd, &b, 1, 1, at->trans_b, conv_dt(d));
+    /* The output: its own plain store, or (a view) the store of the
+     * gather's output it is written into. */
+    const int yt = x->v[2].x >= 0 ? x->v[2].x : n->out;
+    const cl_shape *ys = &gt(d, yt)->shape;
     dims_of(ys, dims);
     cl_dnnl_md_plain_dt(&full, ys->ndim, dims, act_dt(d));
     TRY(cl_dnnl_set_md(d, n->out, &full, -1));
-    TRY(mm_step(d, i, NULL, i, "matmul forward", at->alpha, x->a, &amd, x->b,
-                &bmd, d->t[rep(d, n->out)].store, &ymd, 1));
+    const int ystore = d->t[rep(d, n->out)].store;
+    const mm_side y = x->v[2].x >= 0
+                          ? side_view(&x->v[2], ystore, m.M, m.N, act_dt(d))
+                          : side_plain(ystore, n1, m.M, m.N);
+    side_md(&ymd, &y, n0, n1, 0, act_dt(d));
+    TRY(mm_step(d, i, NULL, i, "matmul forward", at->alpha, &a, &amd, &b, &bmd,
+                &y, &ymd, 1));
 fail:
     return st;
+}
+
+/* Where the gradient of operand k goes: a plain store (then *tgt, *acc as
+ * cl_dnnl_plain_grad gives them), or, for a view, the gradient of the
+ * tensor it views, written in place (*tgt -1).  *g is -1 when the operand
+ * takes no gradient. */
+static cl_status grad_side(dn_ctx *d, int i, int k, int64_t n1, int64_t r,
+                           int64_t c, mm_side *g, dnnl_data_type_t *dt,
+                           dnnl_memory_desc_t *pm, int *tgt, int *acc)
+{
+    const cl_node *n = &d->g->nodes[i];
+    const dn_view *v = &d->nd[i].u.mm.v[k];
+    int dx;
+    *tgt = -1;
+    g->store = -1;
+    if (v->x < 0) {
+        CL_TRY(cl_dnnl_plain_grad(d, i, n->in[k], pm, &dx, tgt, acc));
+        if (*tgt >= 0) {
+            *g = side_plain(dx, n1, r, c);
+            *dt = pm->data_type;
+        }
+        return CL_OK;
+    }
+    /* Lowering checked that the views of this tensor (a token linear's
+     * output, plain) read each of its rows once: each writes its part. */
+    dn_tensor *t = &d->t[rep(d, v->x)];
+    if (t->dstore < 0)
+        CL_TRY(cl_dnnl_md_store(d, &t->md, &t->dstore));
+    *dt = t->md.data_type;
+    *g = side_view(v, t->dstore, r, c, *dt);
+    return CL_OK;
 }
 
 cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i)
@@ -108,43 +203,55 @@ cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i)
     const cl_matmul_dims m = dims_of_node(d, n);
     const dn_matmul *x = &d->nd[i].u.mm;
     const dnnl_data_type_t cdt = conv_dt(d);
-    const int64_t nb = m.b_batched ? m.B : 1;
     dnnl_memory_desc_t dyc, dymd, wmd, smd, gmd, pm;
-    int dy, dx, tgt, acc;
+    dnnl_data_type_t gdt;
+    int64_t n0, n1;
+    int dy, tgt, acc;
+    mm_side g;
+    batch_split(x, &m, &n0, &n1);
     TRY(cl_dnnl_out_grad(d, i, &dy));
     TRY(cl_dnnl_grad_as(d, i, dy, &d->t[rep(d, n->out)].md, cdt, &dyc, &dy));
-    view(&dymd, m.B, m.M, m.N, 0, cdt);
+    const mm_side dys = x->v[2].x >= 0 ? side_view(&x->v[2], dy, m.M, m.N, cdt)
+                                       : side_plain(dy, n1, m.M, m.N);
+    side_md(&dymd, &dys, n0, n1, 0, cdt);
+    const mm_side a = operand(d, x, 0, n1, m.M, m.K);
+    const mm_side b =
+        operand(d, x, 1, n1, at->trans_b ? m.N : m.K, at->trans_b ? m.K : m.N);
 
-    /* da (B,M,K) = alpha dy (B,M,N) b^T, b^T (Bb,N,K): b's memory read
-     * transposed, or as it is when it holds b^T already. */
-    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
-    if (tgt >= 0) {
-        if (at->trans_b)
-            view(&wmd, nb, m.N, m.K, 0, cdt);
+    /* da (M,K) = alpha dy (M,N) b^T: b's memory read transposed, or as it
+     * is when it holds b^T already. */
+    TRY(grad_side(d, i, 0, n1, m.M, m.K, &g, &gdt, &pm, &tgt, &acc));
+    if (g.store >= 0) {
+        if (m.b_batched)
+            side_md(&wmd, &b, n0, n1, !at->trans_b, cdt);
         else
-            view(&wmd, nb, m.K, m.N, 1, cdt);
-        view(&gmd, m.B, m.M, m.K, 0, pm.data_type);
-        TRY(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward a", at->alpha, dy,
-                    &dymd, x->b, &wmd, dx, &gmd, 0));
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
+            side_md(&wmd, &b, 1, 1, !at->trans_b, cdt);
+        side_md(&gmd, &g, n0, n1, 0, gdt);
+        TRY(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward a", at->alpha,
+                    &dys, &dymd, &b, &wmd, &g, &gmd, 0));
+        TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, g.store, tgt, acc));
     }
 
     /* db = alpha a^T dy (K,N), or alpha dy^T a (N,K) with trans_b; per
      * matrix when b is batched, else over all B*M rows at once. */
-    TRY(cl_dnnl_plain_grad(d, i, n->in[1], &pm, &dx, &tgt, &acc));
-    if (tgt >= 0) {
-        const int64_t bb = m.b_batched ? m.B : 0;
-        const int64_t rows = m.b_batched ? m.M : (int64_t)m.B * m.M;
-        const int64_t rn = at->trans_b ? m.N : m.K;
-        const int64_t cn = at->trans_b ? m.K : m.N;
-        int src = at->trans_b ? dy : x->a, w = at->trans_b ? x->a : dy;
-        /* src^T: (bb, rows, rn) memory read transposed; w (bb, rows, cn). */
-        view(&smd, bb, rows, rn, 1, cdt);
-        view(&wmd, bb, rows, cn, 0, cdt);
-        view(&gmd, bb, rn, cn, 0, pm.data_type);
+    const int64_t rn = at->trans_b ? m.N : m.K, cn = at->trans_b ? m.K : m.N;
+    TRY(grad_side(d, i, 1, n1, rn, cn, &g, &gdt, &pm, &tgt, &acc));
+    if (g.store >= 0) {
+        mm_side src = at->trans_b ? dys : a, w = at->trans_b ? a : dys;
+        if (m.b_batched) {
+            side_md(&smd, &src, n0, n1, 1, cdt);
+            side_md(&wmd, &w, n0, n1, 0, cdt);
+            side_md(&gmd, &g, n0, n1, 0, gdt);
+        } else {
+            /* The B*M rows of src and w as one matrix each (both plain). */
+            src.r = w.r = (int64_t)m.B * m.M;
+            side_md(&smd, &src, 1, 1, 1, cdt);
+            side_md(&wmd, &w, 1, 1, 0, cdt);
+            side_md(&gmd, &g, 1, 1, 0, gdt);
+        }
         TRY(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward b", at->alpha,
-                    src, &smd, w, &wmd, dx, &gmd, 0));
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[1], &pm, dx, tgt, acc));
+                    &src, &smd, &w, &wmd, &g, &gmd, 0));
+        TRY(cl_dnnl_plain_grad_end(d, i, n->in[1], &pm, g.store, tgt, acc));
     }
 fail:
     return st;
