@@ -21,13 +21,12 @@
 #include <string.h>
 
 #include "backend/onednn/internal.h"
+#include "backend/onednn/vec.h"
 
 void cl_dnnl_norm_init(dn_node *x)
 {
     x->u.ln.src = x->u.ln.mean = x->u.ln.rstd = -1;
 }
-
-enum { LANES = 16 };
 
 /* Rows per block of the gamma and beta gradients: each block sums its
  * rows in order, then the blocks are summed in order, so the result does
@@ -55,56 +54,6 @@ enum {
 static void *arg(dn_ctx *d, const dn_step *s, int k)
 {
     return cl_dnnl_arg_ptr(d, &s->args[k]);
-}
-
-/* 16 floats, and their bits: GCC's vector extension, which compiles to
- * one AVX-512 register or two AVX2 ones (the same sums either way). */
-typedef float v16 __attribute__((vector_size(64)));
-/* Passing them by value between these static functions, which the
- * compiler inlines, never crosses an ABI boundary. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-/* x[c..c+15] of a row of either type, as f32. */
-static inline v16 load16(const void *x, int64_t c, int bf)
-{
-    v16 v;
-    if (bf) {
-        v16h h;
-        memcpy(&h, (const uint16_t *)x + c, sizeof h);
-        const v16u u = __builtin_convertvector(h, v16u) << 16;
-        memcpy(&v, &u, sizeof v);
-    } else {
-        memcpy(&v, (const float *)x + c, sizeof v);
-    }
-    return v;
-}
-
-/* y[c..c+15] = v, rounded to bf16 as cl_bf16_from_f32 does (to nearest
- * even, NaN kept quiet). */
-static inline void store16(void *y, int64_t c, const v16 *v, int bf)
-{
-    if (!bf) {
-        memcpy((float *)y + c, v, sizeof *v);
-        return;
-    }
-    v16u u;
-    memcpy(&u, v, sizeof u);
-    const v16u nan =
-        (v16u)(((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0));
-    const v16u rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const v16u r = (nan & ((u >> 16) | 0x0040u)) | (~nan & rn);
-    const v16h h = __builtin_convertvector(r, v16h);
-    memcpy((uint16_t *)y + c, &h, sizeof h);
-}
-
-static inline float lanes_sum(const v16 *a)
-{
-    float s = 0.0f;
-    for (int k = 0; k < LANES; k++)
-        s += (*a)[k];
-    return s;
 }
 
 /* The mean and 1/std of one row of C (two passes: the mean, then the

@@ -2,23 +2,30 @@
  * (Swin's window attention), forward and backward planning side by side.
  *
  * Forward: without bias and mask, oneDNN's softmax from x into y; with
- * them, a loop of ours writes z = x + b + m (added in f32, in that order,
- * as the reference does, and stored in x's type) into y's own buffer and
- * the softmax then runs in place there, so z takes no memory of its own.
- * Backward: oneDNN's softmax backward (it reads y) writes dz straight into
- * x's gradient; the bias's gradient is dz summed over the bias's broadcast
- * dimensions by the reference reduction (cl_softmax_bias_grad: one thread
- * per bias row, rows in order, in double, so the result does not depend
- * on the thread count), through f32 copies under amp O2.  Everything is
- * plain row-major (norm.c makes plain copies of what is not). */
+ * them, one loop of ours per row: z = x + b + m (added in f32, in that
+ * order, as the reference does) into the thread's part of a scratch
+ * store, its max, e = exp(z - max) (vec.h's vexp) and the sum of e in 16
+ * f32 lanes, then e / sum rounded once into y's type.  The adds, the
+ * softmax and the bf16 rounding are one pass over memory, where oneDNN
+ * 2.6 took two (a loop adding, then its softmax reading z back).
+ * Backward: oneDNN's softmax backward (it reads y) writes dz straight
+ * into x's gradient; the bias's gradient is dz summed over the bias's
+ * broadcast dimensions by the reference reduction (cl_softmax_bias_grad:
+ * one thread per bias row, rows in order, in double, so the result does
+ * not depend on the thread count), through f32 copies under amp O2.
+ * Everything is plain row-major (norm.c makes plain copies of what is
+ * not). */
 
+#include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "backend/onednn/internal.h"
+#include "backend/onednn/vec.h"
 #include "tensor/tensor.h"
 
 /* Positions of the arguments of the loops (dn_arg.arg). */
-enum { SM_X = 0, SM_B = 1, SM_Y = 2, SM_DZ = 0, SM_DB = 1 };
+enum { SM_X = 0, SM_B = 1, SM_Y = 2, SM_W = 3, SM_DZ = 0, SM_DB = 1 };
 
 /* Elements below which a loop runs on one thread. */
 #define SM_PAR_MIN ((int64_t)1 << 15)
@@ -34,40 +41,69 @@ static cl_softmax_dims dims_of_node(const dn_ctx *d, int i)
                                            : NULL);
 }
 
-static inline float ld(const void *p, int bf16, int64_t k)
+/* One row: y = softmax(x + b + m) of C values (b, m NULL when absent),
+ * z the thread's scratch of C rounded up to whole vectors. */
+static void softmax_row(void *y, const void *x, const void *b, const float *m,
+                        int C, int xbf, int bbf, int ybf, float *z)
 {
-    if (!bf16)
-        return ((const float *)p)[k];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[k] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    const int C16 = C - C % LANES;
+    const v16 zero = {0};
+    v16 vmx = zero - INFINITY;
+    for (int c = 0; c < C16; c += LANES) {
+        v16 v = load16(x, c, xbf);
+        if (b)
+            v += load16(b, c, bbf);
+        if (m)
+            v += load16(m, c, 0);
+        memcpy(z + c, &v, sizeof v);
+        vmx = vsel(v > vmx, v, vmx);
+    }
+    float mx = -INFINITY;
+    for (int k = 0; k < LANES; k++)
+        mx = vmx[k] > mx ? vmx[k] : mx;
+    for (int c = C16; c < C; c++) {
+        float v = dn_get(x, c, xbf);
+        if (b)
+            v += dn_get(b, c, bbf);
+        if (m)
+            v += m[c];
+        z[c] = v;
+        mx = v > mx ? v : mx;
+    }
+    /* The lanes past C (the last vector's tail) are left out of the sum. */
+    v16i lane;
+    for (int k = 0; k < LANES; k++)
+        lane[k] = k;
+    v16 acc = zero;
+    for (int c = 0; c < C; c += LANES) {
+        v16 v;
+        memcpy(&v, z + c, sizeof v);
+        v = vexp(v - mx);
+        v = vsel(lane < C - c, v, zero);
+        memcpy(z + c, &v, sizeof v);
+        acc += v;
+    }
+    const float inv = 1.0f / lanes_sum(&acc);
+    for (int c = 0; c < C16; c += LANES) {
+        v16 v;
+        memcpy(&v, z + c, sizeof v);
+        v *= inv;
+        store16(y, c, &v, ybf);
+    }
+    for (int c = C16; c < C; c++)
+        dn_put(y, c, z[c] * inv, ybf);
 }
 
-/* One row of z = x + b + m (b, m NULL when absent), f32 throughout: the
- * common case, kept free of type tests. */
-static inline void add_row_f32(float *y, const float *x, const float *b,
-                               const float *m, int C)
-{
-    if (b && m)
-        for (int c = 0; c < C; c++)
-            y[c] = x[c] + b[c] + m[c];
-    else if (b)
-        for (int c = 0; c < C; c++)
-            y[c] = x[c] + b[c];
-    else
-        for (int c = 0; c < C; c++)
-            y[c] = x[c] + m[c];
-}
-
-/* y = x + b + m, row by row; the mask is read from the buffer arena. */
-static cl_status run_add(dn_ctx *d, const dn_step *s)
+/* y = softmax(x + b + m) row by row, on the threads the plan counted
+ * (s->aux), each with its part of the scratch store. */
+static cl_status run_fwd(dn_ctx *d, const dn_step *s)
 {
     const cl_node *n = &d->g->nodes[s->node];
     const cl_softmax_dims dm = dims_of_node(d, s->node);
     const void *x = NULL, *b = NULL;
     void *y = NULL;
-    int xbf = 0, bbf = 0;
+    float *w = NULL;
+    int xbf = 0, bbf = 0, ybf = 0;
     for (int j = 0; j < s->nargs; j++) {
         void *p = cl_dnnl_arg_ptr(d, &s->args[j]);
         const int bf = md_bf16(&s->args[j].md);
@@ -79,30 +115,29 @@ static cl_status run_add(dn_ctx *d, const dn_step *s)
             bbf = bf;
         } else if (s->args[j].arg == SM_Y) {
             y = p;
+            ybf = bf;
+        } else if (s->args[j].arg == SM_W) {
+            w = p;
         }
     }
     const float *m = n->n_buf > 0 ? cl_graph_buffer(d->g, n->buf[0]) : NULL;
     const int C = dm.C;
-#pragma omp parallel for schedule(static) if (dm.rows * C >= SM_PAR_MIN)
-    for (int64_t r = 0; r < dm.rows; r++) {
-        const int64_t bo = b ? cl_softmax_row_of(&dm, dm.sb, r) * C : 0;
-        const float *mr = m ? m + cl_softmax_row_of(&dm, dm.sm, r) * C : NULL;
-        if (!xbf && !bbf) {
-            add_row_f32((float *)y + r * C, (const float *)x + r * C,
-                        b ? (const float *)b + bo : NULL, mr, C);
-            continue;
-        }
-        /* amp O2: widened to f32, added as above, rounded once. */
-        for (int c = 0; c < C; c++) {
-            float z = ld(x, xbf, r * C + c);
-            if (b)
-                z += ld(b, bbf, bo + c);
-            if (mr)
-                z += mr[c];
-            if (xbf)
-                ((uint16_t *)y)[r * C + c] = cl_bf16_from_f32(z);
-            else
-                ((float *)y)[r * C + c] = z;
+    const int64_t per = (int64_t)(C + LANES - 1) / LANES * LANES;
+    const size_t xe = xbf ? 2 : 4, be = bbf ? 2 : 4, ye = ybf ? 2 : 4;
+#pragma omp parallel num_threads(s->aux) if (dm.rows * C >= SM_PAR_MIN)
+    {
+        float *z = w + per * omp_get_thread_num();
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < dm.rows; r++) {
+            const void *br =
+                b ? (const char *)b +
+                        (size_t)(cl_softmax_row_of(&dm, dm.sb, r) * C) * be
+                  : NULL;
+            const float *mr =
+                m ? m + cl_softmax_row_of(&dm, dm.sm, r) * C : NULL;
+            softmax_row((char *)y + (size_t)(r * C) * ye,
+                        (const char *)x + (size_t)(r * C) * xe, br, mr, C, xbf,
+                        bbf, ybf, z);
         }
     }
     return CL_OK;
@@ -150,18 +185,30 @@ cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i)
     d->nd[i].fwd_pd = pd;
     TRY(cl_dnnl_set_md(d, n->out, &xmd, -1));
     const int ys = d->t[rep(d, n->out)].store;
-    for (int k = 0; k < n_fwd_lists(d); k++) {
-        if (has_b || has_m) {
-            TRY(cl_dnnl_step_run(d, fwd_list(d, k), run_add, i,
-                                 "softmax: add bias and mask", i, &s));
+    if (has_b || has_m) {
+        /* The primitive above stays the hint backward's is made from. */
+        const int threads = omp_get_max_threads();
+        const int64_t per = (xmd.dims[xmd.ndims - 1] + LANES - 1) / LANES;
+        dnnl_memory_desc_t wmd;
+        int ws;
+        md_1d(&wmd, per * LANES * threads);
+        TRY(cl_dnnl_md_store(d, &wmd, &ws));
+        for (int k = 0; k < n_fwd_lists(d); k++) {
+            TRY(cl_dnnl_step_run(d, fwd_list(d, k), run_fwd, i,
+                                 "softmax forward, bias and mask", i, &s));
+            s->aux = threads;
             cl_dnnl_arg_store(d, s, SM_X, xs, &xmd);
             if (has_b)
                 cl_dnnl_arg_store(d, s, SM_B, bs, &bmd);
             cl_dnnl_arg_store(d, s, SM_Y, ys, &xmd);
+            cl_dnnl_arg_store(d, s, SM_W, ws, &wmd);
         }
+        return CL_OK;
+    }
+    for (int k = 0; k < n_fwd_lists(d); k++) {
         TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "softmax forward", i, pd,
                               prim, &s));
-        cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, has_b || has_m ? ys : xs, &xmd);
+        cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, xs, &xmd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, ys, &xmd);
     }
 fail:

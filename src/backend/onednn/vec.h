@@ -1,0 +1,97 @@
+/* The backend's own loops over 16 f32 lanes: GCC's vector extension,
+ * which compiles to one AVX-512 register or two AVX2 ones (the same
+ * results either way), with loads and stores of f32 or bf16 rows and an
+ * exp for the softmax.  Only the backend's .c files include this. */
+#ifndef CL_BACKEND_ONEDNN_VEC_H
+#define CL_BACKEND_ONEDNN_VEC_H
+
+#include <stdint.h>
+#include <string.h>
+
+enum { LANES = 16 };
+
+/* 16 floats, and their bits. */
+typedef float v16 __attribute__((vector_size(64)));
+/* Passing them by value between these static functions, which the
+ * compiler inlines, never crosses an ABI boundary. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+/* x[c..c+15] of a row of either type, as f32. */
+static inline v16 load16(const void *x, int64_t c, int bf)
+{
+    v16 v;
+    if (bf) {
+        v16h h;
+        memcpy(&h, (const uint16_t *)x + c, sizeof h);
+        const v16u u = __builtin_convertvector(h, v16u) << 16;
+        memcpy(&v, &u, sizeof v);
+    } else {
+        memcpy(&v, (const float *)x + c, sizeof v);
+    }
+    return v;
+}
+
+/* y[c..c+15] = v, rounded to bf16 as cl_bf16_from_f32 does (to nearest
+ * even, NaN kept quiet). */
+static inline void store16(void *y, int64_t c, const v16 *v, int bf)
+{
+    if (!bf) {
+        memcpy((float *)y + c, v, sizeof *v);
+        return;
+    }
+    v16u u;
+    memcpy(&u, v, sizeof u);
+    const v16u nan =
+        (v16u)(((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0));
+    const v16u rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const v16u r = (nan & ((u >> 16) | 0x0040u)) | (~nan & rn);
+    const v16h h = __builtin_convertvector(r, v16h);
+    memcpy((uint16_t *)y + c, &h, sizeof h);
+}
+
+static inline float lanes_sum(const v16 *a)
+{
+    float s = 0.0f;
+    for (int k = 0; k < LANES; k++)
+        s += (*a)[k];
+    return s;
+}
+
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* a where m (all ones), else b. */
+static inline v16 vsel(v16i m, v16 a, v16 b)
+{
+    return (v16)(((v16i)a & m) | ((v16i)b & ~m));
+}
+
+/* e^x in every lane, within 1 ulp of glibc's expf for x in [-87.3, 88]
+ * (every float of it, measured) and clamped to it, so e^-inf is 2^-126
+ * or just under (0 where denormals are flushed), not exactly 0: the
+ * softmax leaves lanes past a row's end out of its sum instead.
+ * x = n ln 2 + r, |r| <= ln2/2, e^r by Cephes' degree-6 polynomial,
+ * times 2^n built in the exponent bits. */
+static inline v16 vexp(v16 x)
+{
+    const v16 zero = {0};
+    const v16 hi = zero + 88.0f, lo = zero - 87.3365478515625f;
+    x = vsel(x > hi, hi, x);
+    x = vsel(x < lo, lo, x);
+    const v16 t = x * 1.44269504088896341f + 0.5f;
+    v16i n = __builtin_convertvector(t, v16i);
+    n += (v16i)(__builtin_convertvector(n, v16) > t); /* floor, not trunc */
+    const v16 fn = __builtin_convertvector(n, v16);
+    const v16 r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+    v16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const v16i e = (n + 127) << 23;
+    return p * (v16)e;
+}
+
+#endif
