@@ -754,6 +754,22 @@ static cl_status build_gelu_ln(cl_graph *g, int batch)
     return head(g, l, 16);
 }
 
+/* Swin's MLP: linear over the last axis of a conv's output, GELU, linear;
+ * an inference plan runs the GELU as the first inner product's post-op. */
+static cl_status build_linear_gelu(cl_graph *g, int batch)
+{
+    int x, y, h, a, o;
+    (void)batch;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_linear_attr l0 = {5, 12, 1}, l1 = {12, 5, 1};
+    CL_TRY(cl_graph_input(g, 3, 4, 5, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv", x, &ca, &y));
+    CL_TRY(cl_graph_linear(g, "mlp.0", y, &l0, &h));
+    CL_TRY(cl_graph_gelu(g, "mlp.1", h, &a));
+    CL_TRY(cl_graph_linear(g, "mlp.3", a, &l1, &o));
+    return head(g, o, 16);
+}
+
 /* layernorm over rows of 37 (two 16-lane chunks and a tail of 5): ln0 on
  * the image (no input gradient; 288 rows at batch 3, two blocks of the
  * gamma/beta sums), then conv -> gelu -> ln1 (1152 rows, five blocks) ->
@@ -914,10 +930,13 @@ CL_TEST(softmax_bias_and_mask)
 
 /* An inference plan (forward_inference primitives, no statistics kept)
  * gives the ref backend's logits. */
+static cl_status build_tokens(cl_graph *g, int batch);
+
 CL_TEST(swin_ops_infer_plan)
 {
-    static const build_fn builds[] = {build_gelu_ln, build_softmax_conv,
-                                      build_softmax_table};
+    static const build_fn builds[] = {build_gelu_ln,       build_softmax_conv,
+                                      build_softmax_table, build_linear_gelu,
+                                      build_tokens,        build_softmax_rows};
     for (size_t k = 0; k < sizeof builds / sizeof builds[0]; k++) {
         pair p;
         float loss[2];
@@ -928,6 +947,14 @@ CL_TEST(swin_ops_infer_plan)
         }
         CHECK_NEAR(loss[1], loss[0], 1e-4 * fabs(loss[0]) + 1e-6);
         check_tensor(&p, p.g[0].logits, 1e-4, "infer logits");
+        /* A GELU after a linear is its post-op; droppath (the identity)
+         * is not run at all. */
+        if (builds[k] == build_linear_gelu) {
+            CHECK(cl_dnnl_plan_steps(p.be[1], "gelu forward") == 0);
+            CHECK(cl_dnnl_plan_steps(p.be[1], "inner product forward") == 3);
+        }
+        if (builds[k] == build_tokens)
+            CHECK(cl_dnnl_plan_steps(p.be[1], "droppath") == 0);
         pair_free(&p);
     }
 }

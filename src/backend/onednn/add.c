@@ -25,7 +25,8 @@ cl_status cl_dnnl_add_fwd(dn_ctx *d, int i)
                         n->name, d->amp);
     DN(dnnl_binary_desc_init(&bd, dnnl_binary_add, &m0, &m1, &m0), i,
        "binary add descriptor");
-    TRY(cl_dnnl_attr_post(d, 0, x->relu, &attr));
+    TRY(cl_dnnl_attr_post(
+        d, 0, x->relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef, &attr));
     TRY(cl_dnnl_prim_make(d, i, "binary add", &bd, attr, NULL, &pd, &prim));
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;

@@ -126,22 +126,22 @@ fail:
     return st;
 }
 
-/* Post-ops for a fused epilogue: a sum (accumulate into dst) and/or ReLU. */
-cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, int relu,
+/* Post-ops for a fused epilogue: a sum (accumulate into dst) and/or an
+ * activation (ReLU, GELU; dnnl_alg_kind_undef for none). */
+cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, dnnl_alg_kind_t act,
                             dnnl_primitive_attr_t *attr)
 {
     cl_status st = CL_OK;
     dnnl_post_ops_t po = NULL;
     CL_TRY(cl_dnnl_attr_new(d, attr));
-    if (!sum && !relu)
+    if (!sum && act == dnnl_alg_kind_undef)
         return CL_OK;
     DN(dnnl_post_ops_create(&po), -1, "post-ops");
     if (sum)
         DN(dnnl_post_ops_append_sum(po, 1.0f), -1, "post-op sum");
-    if (relu)
-        DN(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f,
-                                        0.0f),
-           -1, "post-op relu");
+    if (act != dnnl_alg_kind_undef)
+        DN(dnnl_post_ops_append_eltwise(po, 1.0f, act, 0.0f, 0.0f), -1,
+           "post-op activation");
     DN(dnnl_primitive_attr_set_post_ops(*attr, po), -1, "post-ops");
     dnnl_post_ops_destroy(po);
     return CL_OK;

@@ -114,7 +114,9 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
            dnnl_convolution_direct, &smd, &wmd, has_bias ? &bmd : NULL, &dmd,
            strides, dil, pl, pr),
        i, "convolution forward descriptor");
-    TRY(cl_dnnl_attr_post(d, x->sum >= 0, d->nd[i].relu, &attr));
+    TRY(cl_dnnl_attr_post(
+        d, x->sum >= 0, d->nd[i].relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
+        &attr));
     TRY(cl_dnnl_prim_make(d, i, "convolution forward", &cd, attr, NULL, &pd,
                           &prim));
     dnnl_primitive_attr_destroy(attr);

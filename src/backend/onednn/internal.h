@@ -167,6 +167,7 @@ typedef struct dn_matmul {
 typedef struct dn_node {
     int skip;     /* fused into another node's primitive */
     int relu;     /* BN / add / inference conv: ReLU fused */
+    int gelu;     /* inference linear: GELU fused */
     int fallback; /* run by the reference kernels (fallback.c) */
     dnnl_primitive_desc_t fwd_pd; /* hint for backward (not owned) */
     union {
@@ -256,11 +257,13 @@ cl_status cl_dnnl_maxpool_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_maxpool_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_gap_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_gap_bwd(dn_ctx *d, int i);
+void cl_dnnl_linear_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i);
 void cl_dnnl_tokens_free(dn_node *x);
 cl_status cl_dnnl_row_gather_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_row_gather_bwd(dn_ctx *d, int i);
+void cl_dnnl_droppath_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_droppath_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_droppath_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_token_meanpool_fwd(dn_ctx *d, int i);
@@ -442,7 +445,7 @@ static inline void md_1d(dnnl_memory_desc_t *md, int64_t n)
 }
 
 cl_status cl_dnnl_attr_new(dn_ctx *d, dnnl_primitive_attr_t *attr);
-cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, int relu,
+cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, dnnl_alg_kind_t act,
                             dnnl_primitive_attr_t *attr);
 cl_status cl_dnnl_prim_make(dn_ctx *d, int node, const char *what,
                             const_dnnl_op_desc_t desc,

@@ -36,6 +36,7 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     const cl_linear_attr *a = &n->attr.linear;
     dn_weighted *x = &d->nd[i].u.w;
     dnnl_inner_product_desc_t ipd;
+    dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dn_step *s;
@@ -75,7 +76,10 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
                                     : dnnl_forward_inference,
            &smd, &wmd, a->has_bias ? &bmd : NULL, &dmd),
        i, "inner product forward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "inner product forward", &ipd, NULL, NULL, &pd,
+    TRY(cl_dnnl_attr_post(
+        d, 0, d->nd[i].gelu ? dnnl_eltwise_gelu_erf : dnnl_alg_kind_undef,
+        &attr));
+    TRY(cl_dnnl_prim_make(d, i, "inner product forward", &ipd, attr, NULL, &pd,
                           &prim));
     d->nd[i].fwd_pd = pd;
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
@@ -103,6 +107,8 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &dmd);
     }
 fail:
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     return st;
 }
 

@@ -343,6 +343,32 @@ void cl_dnnl_matmul_lower(dn_ctx *d, int i)
     view_output(d, i);
 }
 
+/* Inference: a GELU that alone reads a linear's output runs as the inner
+ * product's post-op (training keeps it apart: its backward reads the
+ * linear's output). */
+void cl_dnnl_linear_lower(dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    const int j = only_consumer(d, n->out);
+    if (d->mode != CL_PLAN_INFER || j < 0 || is_edge(d, n->out) ||
+        d->g->nodes[j].op != CL_OP_GELU || d->nd[j].skip || d->nd[j].fallback)
+        return;
+    d->nd[i].gelu = 1;
+    d->nd[j].skip = 1;
+    d->t[d->g->nodes[j].out].rep = rep(d, n->out);
+    d->t[n->out].clobbered = 1;
+}
+
+/* Inference: droppath is the identity, so its output is its input. */
+void cl_dnnl_droppath_lower(dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    if (d->mode != CL_PLAN_INFER)
+        return;
+    d->nd[i].skip = 1;
+    d->t[n->out].rep = rep(d, n->in[0]);
+}
+
 /* Every node's fusion decisions, in graph order; a node that fused into
  * an earlier one, or runs the reference fallback, decides nothing. */
 void cl_dnnl_lower(dn_ctx *d)

@@ -25,8 +25,9 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
                          cl_dnnl_maxpool_bwd, NULL},
     [CL_OP_GLOBAL_AVGPOOL] = {cl_dnnl_pool_init, NULL, cl_dnnl_gap_fwd,
                               cl_dnnl_gap_bwd, NULL},
-    [CL_OP_LINEAR] = {cl_dnnl_weighted_init, NULL, cl_dnnl_linear_fwd,
-                      cl_dnnl_linear_bwd, cl_dnnl_weighted_free},
+    [CL_OP_LINEAR] = {cl_dnnl_weighted_init, cl_dnnl_linear_lower,
+                      cl_dnnl_linear_fwd, cl_dnnl_linear_bwd,
+                      cl_dnnl_weighted_free},
     [CL_OP_ADD] = {NULL, cl_dnnl_add_lower, cl_dnnl_add_fwd, cl_dnnl_add_bwd,
                    NULL},
     /* The loss computes its gradient in forward. */
@@ -40,8 +41,8 @@ const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
                       cl_dnnl_matmul_fwd, cl_dnnl_matmul_bwd, NULL},
     [CL_OP_ROW_GATHER] = {NULL, NULL, cl_dnnl_row_gather_fwd,
                           cl_dnnl_row_gather_bwd, cl_dnnl_tokens_free},
-    [CL_OP_DROPPATH] = {NULL, NULL, cl_dnnl_droppath_fwd, cl_dnnl_droppath_bwd,
-                        NULL},
+    [CL_OP_DROPPATH] = {NULL, cl_dnnl_droppath_lower, cl_dnnl_droppath_fwd,
+                        cl_dnnl_droppath_bwd, NULL},
     [CL_OP_TOKEN_MEANPOOL] = {NULL, NULL, cl_dnnl_token_meanpool_fwd,
                               cl_dnnl_token_meanpool_bwd, NULL},
 };
