@@ -1865,7 +1865,7 @@ enum {
     TK_HEADS = 2,
     TK_HD = 4,
     TK_E = TK_HEADS * TK_HD,
-    TK_DUP = 4
+    TK_DUP = 5 /* droppath rows of 21 x 8: a tail past whole vectors */
 };
 
 /* The node of graph g with op `op` (the first), or -1. */

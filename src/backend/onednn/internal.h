@@ -473,6 +473,11 @@ cl_status cl_dnnl_step_prim(dn_ctx *d, dn_list *l, int node, const char *what,
                             int time, const_dnnl_primitive_desc_t pd,
                             dnnl_primitive_t prim, dn_step **out);
 void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a);
+/* The memory of argument k of step s (the backend's own loops). */
+static inline void *dn_step_arg(const dn_ctx *d, const dn_step *s, int k)
+{
+    return cl_dnnl_arg_ptr(d, &s->args[k]);
+}
 cl_status cl_dnnl_set_md(dn_ctx *d, int t, const dnnl_memory_desc_t *md,
                          int store);
 cl_status cl_dnnl_ensure_input_md(dn_ctx *d, int x);

@@ -51,11 +51,6 @@ enum {
     LB_DX
 };
 
-static void *arg(dn_ctx *d, const dn_step *s, int k)
-{
-    return cl_dnnl_arg_ptr(d, &s->args[k]);
-}
-
 /* The mean and 1/std of one row of C (two passes: the mean, then the
  * squares around it); a tail of C % 16 goes to the first lanes. */
 static inline void row_stats(const void *x, int C, float eps, int bf,
@@ -113,11 +108,12 @@ static cl_status fwd_run(dn_ctx *d, const dn_step *s)
     const int C = n->attr.layernorm.features;
     const int64_t rows = cl_graph_numel(d->g, n->in[0]) / C;
     const int bf = md_bf16(&s->args[LF_X].md);
-    float *mean = s->aux ? arg(d, s, LF_MEAN) : NULL;
-    float *rstd = s->aux ? arg(d, s, LF_RSTD) : NULL;
-    const void *x = arg(d, s, LF_X);
-    void *y = arg(d, s, LF_Y);
-    const float *gamma = arg(d, s, LF_GAMMA), *beta = arg(d, s, LF_BETA);
+    float *mean = s->aux ? dn_step_arg(d, s, LF_MEAN) : NULL;
+    float *rstd = s->aux ? dn_step_arg(d, s, LF_RSTD) : NULL;
+    const void *x = dn_step_arg(d, s, LF_X);
+    void *y = dn_step_arg(d, s, LF_Y);
+    const float *gamma = dn_step_arg(d, s, LF_GAMMA),
+                *beta = dn_step_arg(d, s, LF_BETA);
     const float eps = n->attr.layernorm.eps;
     /* One call per type, so that the compiler may specialise the loops
      * (whether it does inside the OpenMP region is not measured). */
@@ -203,16 +199,17 @@ static cl_status bwd_run(dn_ctx *d, const dn_step *s)
     const int64_t rows = cl_graph_numel(d->g, n->in[0]) / C;
     const int64_t blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     const int bf = md_bf16(&s->args[LB_X].md);
-    const void *x = arg(d, s, LB_X), *dy = arg(d, s, LB_DY);
-    void *dx = s->nargs > LB_DX ? arg(d, s, LB_DX) : NULL;
-    const float *gamma = arg(d, s, LB_GAMMA);
-    const float *mean = arg(d, s, LB_MEAN), *rstd = arg(d, s, LB_RSTD);
-    float *part = arg(d, s, LB_PART);
+    const void *x = dn_step_arg(d, s, LB_X), *dy = dn_step_arg(d, s, LB_DY);
+    void *dx = s->nargs > LB_DX ? dn_step_arg(d, s, LB_DX) : NULL;
+    const float *gamma = dn_step_arg(d, s, LB_GAMMA);
+    const float *mean = dn_step_arg(d, s, LB_MEAN),
+                *rstd = dn_step_arg(d, s, LB_RSTD);
+    float *part = dn_step_arg(d, s, LB_PART);
     if (bf)
         bwd_rows(x, dy, dx, gamma, mean, rstd, part, rows, C, 1);
     else
         bwd_rows(x, dy, dx, gamma, mean, rstd, part, rows, C, 0);
-    float *dg = arg(d, s, LB_DGAMMA), *db = arg(d, s, LB_DBETA);
+    float *dg = dn_step_arg(d, s, LB_DGAMMA), *db = dn_step_arg(d, s, LB_DBETA);
 #pragma omp parallel for schedule(static) if (blocks * C >= (1 << 15))
     for (int c = 0; c < C; c++) {
         float g = 0.0f, b = 0.0f;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/onednn/internal.h"
+#include "backend/onednn/vec.h"
 #include "core/mem.h"
 #include "ops/ops.h"
 
@@ -95,11 +96,6 @@ cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
 /* Positions of a token step's arguments. */
 enum { TK_IN = 0, TK_OUT = 1 };
 
-static void *arg(dn_ctx *d, const dn_step *s, int k)
-{
-    return cl_dnnl_arg_ptr(d, &s->args[k]);
-}
-
 static int arg_bf16(const dn_step *s, int k)
 {
     return md_bf16(&s->args[k].md);
@@ -182,8 +178,8 @@ static cl_status row_gather_run(dn_ctx *d, const dn_step *s)
         return cl_error_wrap(r, "%s: ", n->name);
     const size_t row = (size_t)n->attr.row_gather.cols *
                        (arg_bf16(s, TK_IN) ? sizeof(uint16_t) : sizeof(float));
-    const char *x = arg(d, s, TK_IN);
-    char *y = arg(d, s, TK_OUT);
+    const char *x = dn_step_arg(d, s, TK_IN);
+    char *y = dn_step_arg(d, s, TK_OUT);
 #pragma omp parallel for schedule(static) if (M * (int64_t)row >= (1 << 17))
     for (int64_t i = 0; i < M; i++)
         memcpy(y + (size_t)i * row, x + (size_t)ix[i] * row, row);
@@ -201,8 +197,8 @@ static cl_status row_gather_bwd_run(dn_ctx *d, const dn_step *s)
     const int bf = arg_bf16(s, TK_IN);
     int64_t M, R;
     gather_rows(d, n, &M, &R);
-    const char *dy = arg(d, s, TK_OUT);
-    char *dx = arg(d, s, TK_IN);
+    const char *dy = dn_step_arg(d, s, TK_OUT);
+    char *dx = dn_step_arg(d, s, TK_IN);
     const size_t row = (size_t)cols * (bf ? sizeof(uint16_t) : sizeof(float));
     /* Most rows are read once (window partition and reverse, the head
      * split): their gradient is one row copied.  Rows read more than once
@@ -307,26 +303,29 @@ static void droppath_apply(dn_ctx *d, const dn_step *s, void *y, const void *x,
 #pragma omp parallel for schedule(static) if ((int64_t)N * per >= (1 << 15))
     for (int k = 0; k < N; k++) {
         const float f = cl_droppath_scale(&r, k, p);
-        const int64_t o = (int64_t)k * per;
-        if (bf)
-            for (int64_t e = 0; e < per; e++)
-                dn_put(y, o + e, dn_get(x, o + e, 1) * f, 1);
-        else
-            for (int64_t e = 0; e < per; e++)
-                ((float *)y)[o + e] = ((const float *)x)[o + e] * f;
+        const int64_t o = (int64_t)k * per, v16end = o + per - per % LANES;
+        /* x f in f32, rounded once (store16 rounds as dn_put does). */
+        for (int64_t e = o; e < v16end; e += LANES) {
+            const v16 v = load16(x, e, bf) * f;
+            store16(y, e, &v, bf);
+        }
+        for (int64_t e = v16end; e < o + per; e++)
+            dn_put(y, e, dn_get(x, e, bf) * f, bf);
     }
 }
 
 static cl_status droppath_run(dn_ctx *d, const dn_step *s)
 {
-    droppath_apply(d, s, arg(d, s, TK_OUT), arg(d, s, TK_IN), s->aux);
+    droppath_apply(d, s, dn_step_arg(d, s, TK_OUT), dn_step_arg(d, s, TK_IN),
+                   s->aux);
     return CL_OK;
 }
 
 /* Backward follows a training forward of the same step: the same mask. */
 static cl_status droppath_bwd_run(dn_ctx *d, const dn_step *s)
 {
-    droppath_apply(d, s, arg(d, s, TK_IN), arg(d, s, TK_OUT), 1);
+    droppath_apply(d, s, dn_step_arg(d, s, TK_IN), dn_step_arg(d, s, TK_OUT),
+                   1);
     return CL_OK;
 }
 
@@ -358,8 +357,8 @@ static cl_status meanpool_run(dn_ctx *d, const dn_step *s)
     int64_t B, L, C;
     meanpool_sizes(d, s, &B, &L, &C);
     const int bf = arg_bf16(s, TK_IN);
-    const void *x = arg(d, s, TK_IN);
-    void *y = arg(d, s, TK_OUT);
+    const void *x = dn_step_arg(d, s, TK_IN);
+    void *y = dn_step_arg(d, s, TK_OUT);
 #pragma omp parallel for schedule(static) if (B * L * C >= (1 << 15))
     for (int64_t q = 0; q < B * C; q++) {
         const int64_t b = q / C, c = q % C;
@@ -376,8 +375,8 @@ static cl_status meanpool_bwd_run(dn_ctx *d, const dn_step *s)
     int64_t B, L, C;
     meanpool_sizes(d, s, &B, &L, &C);
     const int bf = arg_bf16(s, TK_IN);
-    const void *dy = arg(d, s, TK_OUT);
-    void *dx = arg(d, s, TK_IN);
+    const void *dy = dn_step_arg(d, s, TK_OUT);
+    void *dx = dn_step_arg(d, s, TK_IN);
     const float inv = 1.0f / (float)L;
 #pragma omp parallel for schedule(static) if (B * L * C >= (1 << 15))
     for (int64_t q = 0; q < B * L; q++) {
