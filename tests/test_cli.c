@@ -45,6 +45,27 @@ CL_TEST(bench_amp_levels)
     CHECK(strstr(cl_test_out, "backend ref: amp_level O1") != NULL);
 }
 
+/* `classic bench --profile on` prints the kinds of plan step of the timed
+ * steps with their ops, in both modes; the ref backend, which has no plan
+ * steps, is refused with a sentence, as is a value other than on / off. */
+CL_TEST(bench_profile)
+{
+    CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
+                          "--batch 2 --steps 2 --warmup 1 --mode both "
+                          "--threads 1 --profile on") == 0);
+    CHECK(strstr(cl_test_out, "profile   train, ms per timed step") != NULL);
+    CHECK(strstr(cl_test_out, "profile   infer, ms per timed step") != NULL);
+    CHECK(strstr(cl_test_out, "convolution forward (conv2d)") != NULL);
+    CHECK(strstr(cl_test_out, "inner product forward (linear)") != NULL);
+    CHECK(strstr(cl_test_out, "bench: mode=infer img_s=") != NULL);
+    CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
+                          "--batch 2 --steps 1 --warmup 0 --mode train "
+                          "--backend ref --profile on") != 0);
+    CHECK(strstr(cl_test_out, "the ref backend has none") != NULL);
+    CHECK(cl_test_classic("bench --profile maybe") != 0);
+    CHECK(strstr(cl_test_out, "--profile 'maybe' is not on or off") != NULL);
+}
+
 /* `classic bench --convs` names the conv paths it timed. */
 CL_TEST(bench_conv_paths)
 {

@@ -29,6 +29,22 @@ const char *cl_dnnl_conv_paths(const struct cl_backend *be);
  * 0 when the plan measured nothing. */
 void cl_dnnl_tune_counts(const struct cl_backend *be, int *measured,
                          int *rewritten);
+/* One kind of plan step as timed since cl_dnnl_profile_start: its name
+ * ("inner product forward"), its node's op (-1 for none), the seconds
+ * summed and how many ran. */
+typedef struct cl_dnnl_prof_row {
+    const char *what;
+    int op;
+    double seconds;
+    long runs;
+} cl_dnnl_prof_row;
+/* Starts (or restarts from zero) timing every step of be's plan.  Each
+ * step then waits for its primitive, so the plan runs a little slower
+ * while timed.  0, or -1 for another backend or without memory. */
+int cl_dnnl_profile_start(struct cl_backend *be);
+/* Up to cap of the kinds timed since, most time first; their count. */
+int cl_dnnl_profile_rows(const struct cl_backend *be, cl_dnnl_prof_row *rows,
+                         int cap);
 /* The ops of the plan run by the reference fallback (bits 1u << op); 0
  * for another backend. */
 unsigned cl_dnnl_fallback_ops(const struct cl_backend *be);

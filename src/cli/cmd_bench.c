@@ -25,30 +25,36 @@ typedef struct bench_opts {
     int batch, size, classes, threads, steps, warmup;
     int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
     int direct_convs; /* --convs direct: cl_backend_opts.direct_convs */
+    int profile;      /* --profile on: time each kind of plan step */
 } bench_opts;
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: classic bench [--arch resnet50] [--batch 32] [--size 32]\n"
-            "                     [--stem imagenet|cifar|cifar_pool] "
-            "[--classes 10]\n"
-            "                     [--threads 2] [--steps 10] [--warmup 3]\n"
-            "                     [--mode train|infer|both]\n"
-            "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
-            "                     [--convs rewrite|direct]\n\n"
-            "Times full training steps (forward, backward, momentum-SGD "
-            "update)\nand inference on synthetic data after warm-up; prints "
-            "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
-            "against the peak of the\ninstructions oneDNN runs at its "
-            "instruction set (f32 FMA, bf16 dot\nproducts or AMX tiles; "
-            "measured with the same threads, AMX computed\nat the measured "
-            "clock), and peak RSS.  The last\nlines are `bench: key=value "
-            "...` for scripts.  --convs direct runs every conv as\noneDNN's "
-            "convolution primitives; the default (rewrite) computes\nsome "
-            "shapes another way (weight gradients of small outputs as\n"
-            "im2col + matmul, backward data of strided 1x1 convs on the "
-            "stride\ngrid).\n");
+    fprintf(
+        f,
+        "usage: classic bench [--arch resnet50] [--batch 32] [--size 32]\n"
+        "                     [--stem imagenet|cifar|cifar_pool] "
+        "[--classes 10]\n"
+        "                     [--threads 2] [--steps 10] [--warmup 3]\n"
+        "                     [--mode train|infer|both]\n"
+        "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
+        "                     [--convs rewrite|direct] [--profile on|off]\n\n"
+        "Times full training steps (forward, backward, momentum-SGD "
+        "update)\nand inference on synthetic data after warm-up; prints "
+        "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
+        "against the peak of the\ninstructions oneDNN runs at its "
+        "instruction set (f32 FMA, bf16 dot\nproducts or AMX tiles; "
+        "measured with the same threads, AMX computed\nat the measured "
+        "clock), and peak RSS.  The last\nlines are `bench: key=value "
+        "...` for scripts.  --convs direct runs every conv as\noneDNN's "
+        "convolution primitives; the default (rewrite) computes\nsome "
+        "shapes another way (weight gradients of small outputs as\n"
+        "im2col + matmul, backward data of strided 1x1 convs on the "
+        "stride\ngrid).  --profile on (onednn) also prints where a timed "
+        "step's time\ngoes: each kind of plan step (\"inner product "
+        "forward\", ...) with its op,\nin ms per timed step; each step "
+        "then waits for its primitive, so the\nprofiled run is a little "
+        "slower than an unprofiled one.\n");
 }
 
 static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
@@ -89,6 +95,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->warmup = 3;
     o->amp = 0;
     o->direct_convs = 0;
+    o->profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (i + 1 >= argc) {
@@ -114,6 +121,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                     stderr,
                     "classic bench: --convs '%s' is not rewrite or direct\n",
                     v);
+                return 1;
+            }
+        } else if (strcmp(k, "--profile") == 0) {
+            o->profile = strcmp(v, "on") == 0;
+            if (!o->profile && strcmp(v, "off") != 0) {
+                fprintf(stderr,
+                        "classic bench: --profile '%s' is not on or off\n", v);
                 return 1;
             }
         } else if (strcmp(k, "--batch") == 0)
@@ -174,6 +188,25 @@ typedef struct bench_result {
     double t_fwd, t_bwd, t_upd; /* seconds per step in each phase */
 } bench_result;
 
+/* The step kinds timed in be since the warm-up, per timed step. */
+static void print_profile(const cl_backend *be, int train, int steps)
+{
+    enum { ROWS = 40 };
+    cl_dnnl_prof_row rows[ROWS];
+    const int n = cl_dnnl_profile_rows(be, rows, ROWS);
+    double total = 0.0;
+    for (int k = 0; k < n; k++)
+        total += rows[k].seconds;
+    printf("profile   %s, ms per timed step by kind of plan step (the %d "
+           "largest):\n",
+           train ? "train" : "infer", n);
+    for (int k = 0; k < n; k++)
+        printf("  %9.2f ms %5.1f%%  %s (%s)\n", 1e3 * rows[k].seconds / steps,
+               total > 0.0 ? 100.0 * rows[k].seconds / total : 0.0,
+               rows[k].what,
+               rows[k].op >= 0 ? cl_op_name((cl_op_kind)rows[k].op) : "plan");
+}
+
 static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
                           const float *x, const int32_t *labels,
                           bench_result *res, int64_t *macs)
@@ -209,9 +242,19 @@ static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
         }
     }
     double t0 = 0.0, tf = 0.0, tb = 0.0, tu = 0.0;
+    if (o->profile && cl_dnnl_profile_start(be) != 0) {
+        st = cl_error(CL_ERR_UNSUPPORTED,
+                      "--profile times the onednn backend's plan "
+                      "steps; the %s backend has none",
+                      o->backend);
+        goto fail;
+    }
     for (int s = 0; s < o->warmup + o->steps; s++) {
-        if (s == o->warmup)
+        if (s == o->warmup) {
+            if (o->profile)
+                cl_dnnl_profile_start(be);
             t0 = cl_time_now();
+        }
         float loss;
         double a = cl_time_now();
         st = cl_backend_set_input(be, x, labels, NULL);
@@ -246,6 +289,8 @@ static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
     res->t_fwd = tf / o->steps;
     res->t_bwd = tb / o->steps;
     res->t_upd = tu / o->steps;
+    if (o->profile)
+        print_profile(be, train, o->steps);
 fail:
     cl_free(mom);
     cl_backend_destroy(be);

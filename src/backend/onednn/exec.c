@@ -2,6 +2,7 @@
  * primitives, the backend's own loops, the gradient-ready hook), the
  * backend's vtable, and what a plan reports about itself. */
 #include <dnnl.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -13,6 +14,24 @@
 #include "core/mem.h"
 #include "core/timer.h"
 
+enum { DN_PROF_KINDS = 256 };
+
+/* Adds t seconds to the row of step s's kind (its name and op). */
+static void profile_add(dn_ctx *d, const dn_step *s, double t)
+{
+    const int op = s->node >= 0 ? (int)d->g->nodes[s->node].op : -1;
+    for (int k = 0; k < d->n_sprof; k++) {
+        cl_dnnl_prof_row *r = &d->sprof[k];
+        if (r->op == op && strcmp(r->what, s->what) == 0) {
+            r->seconds += t;
+            r->runs++;
+            return;
+        }
+    }
+    if (d->n_sprof < DN_PROF_KINDS)
+        d->sprof[d->n_sprof++] = (cl_dnnl_prof_row){s->what, op, t, 1};
+}
+
 cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
 {
     cl_status st = CL_OK;
@@ -20,6 +39,7 @@ cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
     for (int k = 0; k < l->n; k++) {
         dn_step *s = &l->s[k];
         double t0 = d->prof && s->part ? cl_time_now() : 0.0;
+        const double ts = d->sprof ? cl_time_now() : 0.0;
         switch (s->kind) {
         case STEP_PRIM:
             DN(dnnl_primitive_execute(s->prim, d->strm, s->nargs, s->exec),
@@ -37,6 +57,10 @@ cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
         }
         if (t0 > 0.0)
             d->prof[3 * s->node + s->part] += cl_time_now() - t0;
+        if (d->sprof) {
+            DN(dnnl_stream_wait(d->strm), s->node, "stream wait");
+            profile_add(d, s, cl_time_now() - ts);
+        }
     }
     DN(dnnl_stream_wait(d->strm), -1, "stream wait");
 fail:
@@ -117,6 +141,7 @@ static void dn_destroy(cl_backend *be)
         else if (op->free)
             op->free(&d->nd[i]);
     }
+    cl_free(d->sprof);
     cl_free(d->nd);
     cl_free(d->t);
     cl_free(d->ncons);
@@ -288,6 +313,38 @@ const cl_backend_vtbl cl_backend_onednn_vtbl = {
     .sync_params = dn_sync_params,
     .destroy = dn_destroy,
 };
+
+int cl_dnnl_profile_start(cl_backend *be)
+{
+    dn_ctx *d = be->priv;
+    if (be->vt != &cl_backend_onednn_vtbl || !d)
+        return -1;
+    if (!d->sprof)
+        d->sprof =
+            cl_alloc(sizeof *d->sprof * DN_PROF_KINDS, "onednn: profile");
+    d->n_sprof = 0;
+    return d->sprof ? 0 : -1;
+}
+
+static int by_seconds_desc(const void *a, const void *b)
+{
+    const double x = ((const cl_dnnl_prof_row *)a)->seconds;
+    const double y = ((const cl_dnnl_prof_row *)b)->seconds;
+    return (x < y) - (x > y);
+}
+
+int cl_dnnl_profile_rows(const cl_backend *be, cl_dnnl_prof_row *rows, int cap)
+{
+    const dn_ctx *d = be->priv;
+    if (be->vt != &cl_backend_onednn_vtbl || !d || !d->sprof)
+        return 0;
+    cl_dnnl_prof_row all[DN_PROF_KINDS];
+    memcpy(all, d->sprof, sizeof *all * (size_t)d->n_sprof);
+    qsort(all, (size_t)d->n_sprof, sizeof *all, by_seconds_desc);
+    const int n = d->n_sprof < cap ? d->n_sprof : cap;
+    memcpy(rows, all, sizeof *rows * (size_t)n);
+    return n;
+}
 
 int cl_dnnl_plan_steps(const cl_backend *be, const char *what)
 {

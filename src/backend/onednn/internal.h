@@ -224,6 +224,9 @@ struct dn_ctx {
     double *prof; /* measuring: seconds per (node, part), or NULL */
     int tune_measured, tune_rewritten;
     unsigned fallback_ops; /* bit op set: a node of that op runs fallback.c */
+    /* cl_dnnl_profile_start: seconds per kind of step, or NULL. */
+    struct cl_dnnl_prof_row *sprof;
+    int n_sprof;
 };
 
 /* ---- the op table ---------------------------------------------------------
