@@ -899,7 +899,7 @@ CL_TEST(vexp_within_two_ulp_of_expf)
         v16 x;
         for (int k = 0; k < LANES; k++)
             x[k] = -87.3f + (88.0f + 87.3f) * (float)(i + k) / (float)n;
-        const v16 e = vexp(x);
+        const v16 e = vexp(&x);
         for (int k = 0; k < LANES; k++) {
             const float r = expf(x[k]);
             int32_t a, b;
@@ -915,7 +915,7 @@ CL_TEST(vexp_within_two_ulp_of_expf)
     v16 lo;
     for (int k = 0; k < LANES; k++)
         lo[k] = k ? -1000.0f * (float)k : -INFINITY;
-    const v16 e = vexp(lo);
+    const v16 e = vexp(&lo);
     for (int k = 0; k < LANES; k++)
         CHECK(e[k] >= 0.0f && e[k] <= 0x1p-126f);
 }

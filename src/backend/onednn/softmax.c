@@ -56,7 +56,7 @@ static void softmax_row(void *y, const void *x, const void *b, const float *m,
         if (m)
             v += load16(m, c, 0);
         memcpy(z + c, &v, sizeof v);
-        vmx = vsel(v > vmx, v, vmx);
+        vmx = VSEL(v > vmx, v, vmx);
     }
     float mx = -INFINITY;
     for (int k = 0; k < LANES; k++)
@@ -78,8 +78,9 @@ static void softmax_row(void *y, const void *x, const void *b, const float *m,
     for (int c = 0; c < C; c += LANES) {
         v16 v;
         memcpy(&v, z + c, sizeof v);
-        v = vexp(v - mx);
-        v = vsel(lane < C - c, v, zero);
+        v -= mx;
+        v = vexp(&v);
+        v = VSEL(lane < C - c, v, zero);
         memcpy(z + c, &v, sizeof v);
         acc += v;
     }
