@@ -770,6 +770,25 @@ static cl_status build_linear_gelu(cl_graph *g, int batch)
     return head(g, o, 16);
 }
 
+/* droppath over a tensor read again after it: c = conv(x), p =
+ * droppath(c), s = p + b (an add that may write in place), t = s + c.
+ * An inference plan that let droppath's output share c's storage would
+ * let the first add overwrite c before the second reads it. */
+static cl_status build_droppath_shared(cl_graph *g, int batch)
+{
+    int x, b, c, p, s, t;
+    (void)batch;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_droppath_attr da = {0.5f};
+    CL_TRY(cl_graph_input(g, 3, 4, 5, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv_c", x, &ca, &c));
+    CL_TRY(cl_graph_conv2d(g, "conv_b", x, &ca, &b));
+    CL_TRY(cl_graph_droppath(g, "drop", c, &da, &p));
+    CL_TRY(cl_graph_add(g, "add1", p, b, &s));
+    CL_TRY(cl_graph_add(g, "add2", s, c, &t));
+    return head(g, t, 16);
+}
+
 /* layernorm over rows of 37 (two 16-lane chunks and a tail of 5): ln0 on
  * the image (no input gradient; 288 rows at batch 3, two blocks of the
  * gamma/beta sums), then conv -> gelu -> ln1 (1152 rows, five blocks) ->
@@ -934,9 +953,10 @@ static cl_status build_tokens(cl_graph *g, int batch);
 
 CL_TEST(swin_ops_infer_plan)
 {
-    static const build_fn builds[] = {build_gelu_ln,       build_softmax_conv,
-                                      build_softmax_table, build_linear_gelu,
-                                      build_tokens,        build_softmax_rows};
+    static const build_fn builds[] = {build_gelu_ln,        build_softmax_conv,
+                                      build_softmax_table,  build_linear_gelu,
+                                      build_tokens,         build_softmax_rows,
+                                      build_droppath_shared};
     for (size_t k = 0; k < sizeof builds / sizeof builds[0]; k++) {
         pair p;
         float loss[2];

@@ -359,11 +359,14 @@ void cl_dnnl_linear_lower(dn_ctx *d, int i)
     d->t[n->out].clobbered = 1;
 }
 
-/* Inference: droppath is the identity, so its output is its input. */
+/* Inference: droppath is the identity, so its output is its input's
+ * storage; only where droppath alone reads that input, since a node after
+ * it may write over its output (an add in place). */
 void cl_dnnl_droppath_lower(dn_ctx *d, int i)
 {
     const cl_node *n = &d->g->nodes[i];
-    if (d->mode != CL_PLAN_INFER)
+    if (d->mode != CL_PLAN_INFER || d->ncons[n->in[0]] != 1 ||
+        is_edge(d, n->in[0]))
         return;
     d->nd[i].skip = 1;
     d->t[n->out].rep = rep(d, n->in[0]);
