@@ -1901,7 +1901,9 @@ static int node_of(const cl_graph *g, cl_op_kind op)
  * affine view and all of them run; 1: heads a dimension, (N, H, L, HD),
  * so oneDNN's matmuls read q, k, v and write the merged heads in place
  * (lower.c's views); 2: as 1, but k reads q's rows, so the gathers of qkv
- * do not cover it once and run, while the merge is still a view. */
+ * do not cover it once and run, while the merge is still a view; 3: as
+ * 1, but q reads its tokens in reverse order (affine with a negative
+ * stride, which no memory descriptor takes), so the gathers of qkv run. */
 static cl_status build_tokens_how(cl_graph *g, int batch, int how)
 {
     const int N = batch;
@@ -1962,7 +1964,9 @@ static cl_status build_tokens_how(cl_graph *g, int batch, int how)
             for (int hh = 0; hh < TK_HEADS; hh++)
                 for (int l = 0; l < TK_L; l++)
                     p[((int64_t)n * TK_HEADS + hh) * TK_L + l] =
-                        ((int64_t)n * TK_L + l) * 3 * TK_HEADS +
+                        ((int64_t)n * TK_L +
+                         (how == 3 && k == 0 ? TK_L - 1 - l : l)) *
+                            3 * TK_HEADS +
                         (how == 2 && k == 1 ? 0 : k) * TK_HEADS + hh;
     }
     p = cl_graph_buffer_i64(g, im);
@@ -1992,6 +1996,11 @@ static cl_status build_tokens_3d(cl_graph *g, int batch)
 static cl_status build_tokens_shared(cl_graph *g, int batch)
 {
     return build_tokens_how(g, batch, 2);
+}
+
+static cl_status build_tokens_reversed(cl_graph *g, int batch)
+{
+    return build_tokens_how(g, batch, 3);
 }
 
 /* A step at which the droppath node of g keeps some samples and drops
@@ -2076,8 +2085,10 @@ CL_TEST(tokens_f32_like_ref)
     static const struct {
         build_fn build;
         int gathers;
-    } cases[] = {
-        {build_tokens, 2}, {build_tokens_3d, 6}, {build_tokens_shared, 5}};
+    } cases[] = {{build_tokens, 2},
+                 {build_tokens_3d, 6},
+                 {build_tokens_shared, 5},
+                 {build_tokens_reversed, 5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int cl = 0; cl <= 1; cl++) {
             cl_backend_opts two[2] = {{0}, {0}};

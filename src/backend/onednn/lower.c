@@ -177,6 +177,8 @@ static int affine_fit(const int64_t *map, int64_t n0, int64_t n1, int64_t n2,
     const int64_t s2 = n2 > 1 ? map[1] - b : 0;
     const int64_t s1 = n1 > 1 ? map[n2] - b : 0;
     const int64_t s0 = n0 > 1 ? map[n1 * n2] - b : 0;
+    if (s0 < 0 || s1 < 0 || s2 < 0)
+        return 0; /* memory descriptors take no negative strides */
     for (int64_t i0 = 0; i0 < n0; i0++)
         for (int64_t i1 = 0; i1 < n1; i1++) {
             const int64_t *m = map + (i0 * n1 + i1) * n2;
