@@ -840,26 +840,39 @@ static cl_status build_softmax_conv(cl_graph *g, int batch)
     return CL_OK;
 }
 
-/* softmax(a + b + m) over rows of 37 (two whole vectors of the backend's
- * loop and a tail of 5), m (1,2,37) with whole masked stretches. */
-static cl_status build_softmax_rows(cl_graph *g, int batch)
+/* softmax(a + b + m) over rows of C, m (1,2,C) with whole masked
+ * stretches: C 37 is two whole vectors of the backend's loop and a tail
+ * of 5, kept in registers (all rows but the last, whose last vector would
+ * be read past x's end); C 70 is longer than the rows kept in registers. */
+static cl_status build_softmax_rows_of(cl_graph *g, int C)
 {
     int x, a, b, m, p;
-    (void)batch;
     cl_conv2d_attr ca = cl_conv2d_attr_make(3, 4, 3, 1, 1);
-    CL_TRY(cl_graph_input(g, 3, 2, 37, &x));
+    CL_TRY(cl_graph_input(g, 3, 2, C, &x));
     CL_TRY(cl_graph_conv2d(g, "conv_a", x, &ca, &a));
     CL_TRY(cl_graph_conv2d(g, "conv_b", x, &ca, &b));
     CL_TRY(cl_graph_buffer_add(
-        g, "mask", cl_shape_make(3, (int64_t[]){1, 2, 37}), CL_F32, &m));
+        g, "mask", cl_shape_make(3, (int64_t[]){1, 2, C}), CL_F32, &m));
     CL_TRY(cl_graph_softmax(g, "softmax", a, b, m, &p));
-    cl_linear_attr pa = {37, 6, 1};
+    cl_linear_attr pa = {C, 6, 1};
     CL_TRY(cl_graph_linear(g, "proj", p, &pa, &p));
     CL_TRY(head(g, p, 4));
     float *mk = cl_graph_buffer(g, m);
-    for (int k = 0; k < 74; k++)
-        mk[k] = (k % 37 > 10 && k % 37 < 20) || k % 37 == 36 ? -100.0f : 0.0f;
+    for (int k = 0; k < 2 * C; k++)
+        mk[k] = (k % C > 10 && k % C < 20) || k % C == C - 1 ? -100.0f : 0.0f;
     return CL_OK;
+}
+
+static cl_status build_softmax_rows(cl_graph *g, int batch)
+{
+    (void)batch;
+    return build_softmax_rows_of(g, 37);
+}
+
+static cl_status build_softmax_long_rows(cl_graph *g, int batch)
+{
+    (void)batch;
+    return build_softmax_rows_of(g, 70);
 }
 
 /* softmax(a + b): b a relative-position-like bias (16,6,6) from a table
@@ -945,6 +958,7 @@ CL_TEST(softmax_bias_and_mask)
     run_parity(build_softmax_table, 2, 1e-4, 2e-4);
     run_parity(build_softmax_plain, 2, 1e-4, 2e-4);
     run_parity(build_softmax_rows, 2, 1e-4, 2e-4);
+    run_parity(build_softmax_long_rows, 2, 1e-4, 2e-4);
 }
 
 /* An inference plan (forward_inference primitives, no statistics kept)
@@ -2003,6 +2017,152 @@ static cl_status build_tokens_reversed(cl_graph *g, int batch)
     return build_tokens_how(g, batch, 3);
 }
 
+/* Window attention as Swin has it, at sizes an inference plan runs as
+ * one attention step (attention.c): tokens (N, L, 16) of a conv's 3x7
+ * output, qkv, heads of 16 split by gathers, softmax(alpha q k^T + bias +
+ * mask) with the bias (H, L, L) from a table and the mask (N, 1, L, L),
+ * times v, heads merged.  L = 21 keys: one whole vector and a tail, and
+ * an odd count (the sums over keys run in pairs).  how
+ * 0: heads a dimension (N, H, L, 16), so q, k, v and the merge are views
+ * (the step reads and writes them in place); 1: heads folded into the
+ * batch (N H, L, 16), the gathers run and the step reads plain
+ * matrices. */
+enum { AT_T_H = 2, AT_T_HD = 16, AT_T_E = 32, AT_T_L = 21, AT_T_TABLE = 23 };
+
+static cl_status build_attention_how(cl_graph *g, int batch, int how)
+{
+    const int N = batch, H = AT_T_H, L = AT_T_L;
+    int x, c, t, qkv, h[3], s, a, o, m, mp, y, it, ih[3], im, ib, bias, mk;
+    cl_conv2d_attr ca = cl_conv2d_attr_make(3, 16, 3, 1, 1);
+    cl_linear_attr qa = {16, 3 * AT_T_E, 1}, fa = {AT_T_E, K_CLASSES, 1};
+    cl_matmul_attr qk = {1, 0.25f}, sv = {0, 1.0f};
+    cl_table_gather_attr ta = {AT_T_TABLE, L};
+    cl_softmax_ce_attr la = {K_CLASSES, 0.0f};
+    const int64_t nt = (int64_t)N * L;
+    CL_TRY(cl_graph_input(g, 3, 3, 7, &x));
+    CL_TRY(cl_graph_conv2d(g, "conv", x, &ca, &c));
+    CL_TRY(cl_graph_buffer_add(g, "tokens.index",
+                               cl_shape_make(1, (int64_t[]){nt * 16}), CL_I64,
+                               &it));
+    cl_shape ts = cl_shape_make(3, (int64_t[]){N, L, 16});
+    CL_TRY(cl_graph_row_gather(g, "tokens", c, it, 1, &ts, &t));
+    CL_TRY(cl_graph_linear(g, "qkv", t, &qa, &qkv));
+    static const char *names[3] = {"q", "k", "v"},
+                      *inames[3] = {"q.index", "k.index", "v.index"};
+    cl_shape hs = how ? cl_shape_make(3, (int64_t[]){(int64_t)N * H, L, 16})
+                      : cl_shape_make(4, (int64_t[]){N, H, L, 16});
+    for (int k = 0; k < 3; k++) {
+        CL_TRY(cl_graph_buffer_add(g, inames[k],
+                                   cl_shape_make(1, (int64_t[]){nt * H}),
+                                   CL_I64, &ih[k]));
+        CL_TRY(
+            cl_graph_row_gather(g, names[k], qkv, ih[k], AT_T_HD, &hs, &h[k]));
+    }
+    CL_TRY(cl_graph_matmul(g, "qk", h[0], h[1], &qk, &s));
+    /* Folded heads take no bias: (H, L, L) does not broadcast over N H. */
+    bias = ib = -1;
+    if (!how) {
+        CL_TRY(cl_graph_buffer_add(
+            g, "bias.index", cl_shape_make(2, (int64_t[]){H, L}), CL_I64, &ib));
+        CL_TRY(cl_graph_table_gather(g, "bias", "bias.table", ib, &ta, &bias));
+    }
+    const cl_shape msk = how ? cl_shape_make(3, (int64_t[]){N * H, L, L})
+                             : cl_shape_make(4, (int64_t[]){N, 1, L, L});
+    CL_TRY(cl_graph_buffer_add(g, "mask", msk, CL_F32, &mk));
+    CL_TRY(cl_graph_softmax(g, "softmax", s, bias, mk, &a));
+    CL_TRY(cl_graph_matmul(g, "sv", a, h[2], &sv, &o));
+    CL_TRY(cl_graph_buffer_add(
+        g, "merge.index", cl_shape_make(1, (int64_t[]){nt * H}), CL_I64, &im));
+    cl_shape ms = cl_shape_make(3, (int64_t[]){N, L, AT_T_E});
+    CL_TRY(cl_graph_row_gather(g, "merge", o, im, AT_T_HD, &ms, &m));
+    CL_TRY(cl_graph_token_meanpool(g, "mean", m, &mp));
+    CL_TRY(cl_graph_linear(g, "fc", mp, &fa, &y));
+    CL_TRY(cl_graph_softmax_ce(g, y, &la, 0));
+    CL_TRY(cl_graph_finalize(g));
+    int64_t *p = cl_graph_buffer_i64(g, it);
+    for (int n = 0; n < N; n++)
+        for (int l = 0; l < L; l++)
+            for (int ch = 0; ch < 16; ch++)
+                p[((int64_t)n * L + l) * 16 + ch] =
+                    ((int64_t)n * 16 + ch) * L + l;
+    for (int k = 0; k < 3; k++) {
+        p = cl_graph_buffer_i64(g, ih[k]);
+        for (int n = 0; n < N; n++)
+            for (int hh = 0; hh < H; hh++)
+                for (int l = 0; l < L; l++)
+                    p[((int64_t)n * H + hh) * L + l] =
+                        ((int64_t)n * L + l) * 3 * H + k * H + hh;
+    }
+    p = cl_graph_buffer_i64(g, im);
+    for (int n = 0; n < N; n++)
+        for (int l = 0; l < L; l++)
+            for (int hh = 0; hh < H; hh++)
+                p[((int64_t)n * L + l) * H + hh] =
+                    ((int64_t)n * H + hh) * L + l;
+    if (ib >= 0) {
+        p = cl_graph_buffer_i64(g, ib);
+        for (int k = 0; k < H * L; k++)
+            p[k] = (7 * k + 3) % AT_T_TABLE;
+    }
+    float *f = cl_graph_buffer(g, mk);
+    const int64_t mn = cl_shape_numel(&msk);
+    for (int64_t k = 0; k < mn; k++)
+        f[k] = (k / L + k % L + k / (L * L)) % 3 == 0 ? -100.0f : 0.0f;
+    return CL_OK;
+}
+
+static cl_status build_attention(cl_graph *g, int batch)
+{
+    return build_attention_how(g, batch, 0);
+}
+
+static cl_status build_attention_folded(cl_graph *g, int batch)
+{
+    return build_attention_how(g, batch, 1);
+}
+
+/* An inference plan runs softmax(alpha q k^T + bias + mask) v as one
+ * attention step, in f32 and at amp O2, each against the ref backend in
+ * f32; a training plan keeps the two matmuls and the softmax (backward
+ * reads the probabilities).  Logits measured within 3.5e-7 (f32) and
+ * 4.2e-3 (O2) of the reference's, elementwise; held to ten times that. */
+CL_TEST(attention_infer_one_step)
+{
+    static const build_fn builds[] = {build_attention, build_attention_folded};
+    for (size_t k = 0; k < sizeof builds / sizeof builds[0]; k++)
+        for (int amp = 0; amp <= 2; amp += 2) {
+            if (amp && bf16_refused_here())
+                continue;
+            pair p;
+            float loss[2];
+            static const char *const names[2] = {"ref", "onednn"};
+            cl_backend_opts two[2] = {{0}, {0}};
+            two[1].amp_level = amp;
+            REQUIRE_OK(
+                pair_make_two(&p, builds[k], 3, CL_PLAN_INFER, 41, names, two));
+            CHECK(cl_dnnl_plan_steps(p.be[1], "window attention forward") == 1);
+            CHECK(cl_dnnl_plan_steps(p.be[1], "matmul forward") == 0);
+            CHECK(cl_dnnl_plan_steps(p.be[1], "softmax forward") == 0);
+            CHECK(cl_dnnl_plan_steps(p.be[1],
+                                     "softmax forward, bias and mask") == 0);
+            for (int j = 0; j < 2; j++) {
+                CHECK_OK(cl_backend_set_input(p.be[j], p.x, p.labels, NULL));
+                CHECK_OK(cl_backend_forward(p.be[j], 0, &loss[j]));
+            }
+            const double tol = amp ? 4e-2 : 4e-6;
+            fprintf(stderr, "attention %zu amp O%d: loss %.6f vs %.6f\n", k,
+                    amp, loss[1], loss[0]);
+            CHECK_NEAR(loss[1], loss[0], tol * fabs(loss[0]) + 1e-6);
+            check_tensor(&p, p.g[0].logits, tol, "attention logits");
+            pair_free(&p);
+        }
+    pair p;
+    REQUIRE_OK(pair_make(&p, build_attention, 3, CL_PLAN_TRAIN, 41));
+    CHECK(cl_dnnl_plan_steps(p.be[1], "window attention forward") == 0);
+    CHECK(cl_dnnl_plan_steps(p.be[1], "matmul forward") == 4);
+    pair_free(&p);
+}
+
 /* A step at which the droppath node of g keeps some samples and drops
  * others (so a wrong mask cannot pass as all-kept). */
 static uint64_t mixed_step(const cl_graph *g, uint64_t seed)
@@ -2326,7 +2486,8 @@ CL_TEST(swin_ops_amp_o2)
                  {build_ln_rows, "layernorm rows"},
                  {build_softmax_conv, "softmax bias+mask"},
                  {build_softmax_table, "softmax table bias"},
-                 {build_softmax_rows, "softmax rows of 37"}};
+                 {build_softmax_rows, "softmax rows of 37"},
+                 {build_softmax_long_rows, "softmax rows of 70"}};
     const unsigned mine =
         1u << CL_OP_LAYERNORM | 1u << CL_OP_GELU | 1u << CL_OP_SOFTMAX;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

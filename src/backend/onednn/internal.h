@@ -162,6 +162,9 @@ typedef struct dn_view {
 typedef struct dn_matmul {
     int a, b;
     dn_view v[3];
+    int attn; /* inference: the softmax node whose scores matmul and
+                 softmax this matmul runs with it as one attention loop
+                 (attention.c), or -1 */
 } dn_matmul;
 
 typedef struct dn_node {
@@ -284,7 +287,18 @@ cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i);
 cl_status cl_dnnl_gelu_fwd(dn_ctx *d, int i);
 cl_status cl_dnnl_gelu_bwd(dn_ctx *d, int i);
+void cl_dnnl_softmax_lower(dn_ctx *d, int i);
 cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i);
+/* softmax(alpha q k^T + bias + mask) v for every matrix of the batch as
+ * one loop (attention.c): a step of an inference plan, its arguments the
+ * AT_* positions. */
+enum { AT_Q, AT_K, AT_V, AT_BIAS, AT_Y };
+/* The most rows, keys and head width it takes (its buffers are on the
+ * stack); the widths of q and v multiples of AT_WIDTH_STEP (whole
+ * vectors). */
+#define AT_MAX 64
+#define AT_WIDTH_STEP 16
+cl_status cl_dnnl_attention_run(dn_ctx *d, const dn_step *s);
 cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i);
 /* The reference fallback, for any op with a reference kernel. */
 void cl_dnnl_fallback_init(dn_node *x);

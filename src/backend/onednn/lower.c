@@ -345,6 +345,40 @@ void cl_dnnl_matmul_lower(dn_ctx *d, int i)
     view_output(d, i);
 }
 
+/* Inference: softmax i between two matmuls, scores = alpha q k^T before it
+ * and its probabilities times v after it, each the other's only reader,
+ * runs inside the second matmul as one loop per matrix (attention.c), so
+ * the scores and the probabilities are never stored.  Training keeps the
+ * three apart: backward reads the probabilities. */
+void cl_dnnl_softmax_lower(dn_ctx *d, int i)
+{
+    const cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const int j = gt(d, n->in[0])->producer, k = only_consumer(d, n->out);
+    if (d->mode != CL_PLAN_INFER || j < 0 || k < 0 || is_edge(d, n->in[0]) ||
+        is_edge(d, n->out) || only_consumer(d, n->in[0]) != i)
+        return;
+    const cl_node *s = &g->nodes[j], *c = &g->nodes[k];
+    if (s->op != CL_OP_MATMUL || c->op != CL_OP_MATMUL || d->nd[j].skip ||
+        d->nd[j].fallback || d->nd[k].skip || d->nd[k].fallback ||
+        c->in[0] != n->out || c->in[1] == n->out)
+        return;
+    const cl_matmul_dims ms = cl_matmul_dims_of(
+        &s->attr.matmul, &gt(d, s->in[0])->shape, &gt(d, s->in[1])->shape);
+    const cl_matmul_dims mc = cl_matmul_dims_of(
+        &c->attr.matmul, &gt(d, c->in[0])->shape, &gt(d, c->in[1])->shape);
+    if (!ms.b_batched || !s->attr.matmul.trans_b || !mc.b_batched ||
+        c->attr.matmul.trans_b || ms.B != mc.B || ms.M != mc.M ||
+        ms.N != mc.K || ms.M > AT_MAX || ms.N > AT_MAX || ms.K > AT_MAX ||
+        mc.N > AT_MAX || ms.K % AT_WIDTH_STEP != 0 || mc.N % AT_WIDTH_STEP != 0)
+        return;
+    d->nd[j].skip = 1;
+    d->nd[i].skip = 1;
+    d->nd[k].u.mm.attn = i;
+    d->t[n->in[0]].clobbered = 1;
+    d->t[n->out].clobbered = 1;
+}
+
 /* Inference: a GELU that alone reads a linear's output runs as the inner
  * product's post-op (training keeps it apart: its backward reads the
  * linear's output). */

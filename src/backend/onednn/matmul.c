@@ -13,6 +13,8 @@
  * the batch is the product's own).  Under amp the inputs are read in the
  * compute type (bf16) and the output written in the activation type, as
  * convolutions. */
+#include <omp.h>
+
 #include "backend/onednn/internal.h"
 
 /* Matrices of r x c elements: matrix (i0, i1) at off bytes + i0 st[0] +
@@ -120,6 +122,69 @@ void cl_dnnl_matmul_init(dn_node *x)
 {
     for (int k = 0; k < 3; k++)
         x->u.mm.v[k].x = -1;
+    x->u.mm.attn = -1;
+}
+
+/* Matmul i with the scores matmul and the softmax before it as one
+ * attention step (lowering chose it): q and k as the scores' matmul would
+ * have read them, v as i reads it, the softmax's bias (plain), and i's
+ * output, each a side described as its (n0, n1) batch. */
+static cl_status attention_fwd(dn_ctx *d, int i)
+{
+    cl_status st = CL_OK;
+    const cl_node *n = &d->g->nodes[i];
+    dn_matmul *x = &d->nd[i].u.mm;
+    const cl_node *sm = &d->g->nodes[x->attn];
+    const int j = gt(d, sm->in[0])->producer;
+    const cl_node *sn = &d->g->nodes[j];
+    dn_matmul *xs = &d->nd[j].u.mm;
+    const cl_matmul_dims ms = dims_of_node(d, sn), m = dims_of_node(d, n);
+    dnnl_memory_desc_t full, qmd, kmd, vmd, bmd, ymd;
+    dnnl_dims_t dims;
+    int64_t n0, n1;
+    int bs = -1;
+    dn_step *s;
+    for (int k = 0; k < 2; k++) {
+        const int t = xs->v[k].x >= 0 ? xs->v[k].x : sn->in[k];
+        TRY(cl_dnnl_plain_value(d, i, t, conv_dt(d), &full,
+                                k ? &xs->b : &xs->a));
+    }
+    batch_split(xs, &ms, &n0, &n1);
+    const mm_side q = operand(d, xs, 0, n1, ms.M, ms.K);
+    const mm_side k = operand(d, xs, 1, n1, ms.N, ms.K);
+    side_md(&qmd, &q, n0, n1, 0, conv_dt(d));
+    side_md(&kmd, &k, n0, n1, 0, conv_dt(d));
+    const int vt = x->v[1].x >= 0 ? x->v[1].x : n->in[1];
+    TRY(cl_dnnl_plain_value(d, i, vt, conv_dt(d), &full, &x->b));
+    batch_split(x, &m, &n0, &n1);
+    const mm_side v = operand(d, x, 1, n1, m.K, m.N);
+    side_md(&vmd, &v, n0, n1, 0, conv_dt(d));
+    if (sm->n_in > 1)
+        TRY(cl_dnnl_plain_value(d, i, sm->in[1], dnnl_data_type_undef, &bmd,
+                                &bs));
+    const int yt = x->v[2].x >= 0 ? x->v[2].x : n->out;
+    const cl_shape *ys = &gt(d, yt)->shape;
+    dims_of(ys, dims);
+    cl_dnnl_md_plain_dt(&full, ys->ndim, dims, act_dt(d));
+    TRY(cl_dnnl_set_md(d, n->out, &full, -1));
+    const int ystore = d->t[rep(d, n->out)].store;
+    const mm_side y = x->v[2].x >= 0
+                          ? side_view(&x->v[2], ystore, m.M, m.N, act_dt(d))
+                          : side_plain(ystore, n1, m.M, m.N);
+    side_md(&ymd, &y, n0, n1, 0, act_dt(d));
+    for (int l = 0; l < n_fwd_lists(d); l++) {
+        TRY(cl_dnnl_step_run(d, fwd_list(d, l), cl_dnnl_attention_run, i,
+                             "window attention forward", i, &s));
+        s->aux = omp_get_max_threads();
+        cl_dnnl_arg_store_at(d, s, AT_Q, q.store, q.off, &qmd);
+        cl_dnnl_arg_store_at(d, s, AT_K, k.store, k.off, &kmd);
+        cl_dnnl_arg_store_at(d, s, AT_V, v.store, v.off, &vmd);
+        if (bs >= 0)
+            cl_dnnl_arg_store(d, s, AT_BIAS, bs, &bmd);
+        cl_dnnl_arg_store_at(d, s, AT_Y, y.store, y.off, &ymd);
+    }
+fail:
+    return st;
 }
 
 cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
@@ -132,6 +197,8 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
     dnnl_memory_desc_t full, amd, bmd, ymd;
     dnnl_dims_t dims;
     int64_t n0, n1;
+    if (x->attn >= 0)
+        return attention_fwd(d, i);
     batch_split(x, &m, &n0, &n1);
     for (int k = 0; k < 2; k++) {
         const int t = x->v[k].x >= 0 ? x->v[k].x : n->in[k];

@@ -7,7 +7,11 @@
  * store, its max, e = exp(z - max) (vec.h's vexp) and the sum of e in 16
  * f32 lanes, then e / sum rounded once into y's type.  The adds, the
  * softmax and the bf16 rounding are one pass over memory, where oneDNN
- * 2.6 took two (a loop adding, then its softmax reading z back).
+ * 2.6 took two (a loop adding, then its softmax reading z back).  Rows of
+ * up to 4 vectors (Swin's 49 and 16) stay in registers, the lanes past C
+ * masked; each thread walks its own run of rows, stepping the bias and
+ * mask rows along instead of dividing them out per row.  Inference plans
+ * run the softmax of attention inside its matmul instead (attention.c).
  * Backward: oneDNN's softmax backward (it reads y) writes dz straight
  * into x's gradient; the bias's gradient is dz summed over the bias's
  * broadcast dimensions by the reference reduction (cl_softmax_bias_grad:
@@ -41,10 +45,56 @@ static cl_softmax_dims dims_of_node(const dn_ctx *d, int i)
                                            : NULL);
 }
 
-/* One row: y = softmax(x + b + m) of C values (b, m NULL when absent),
- * z the thread's scratch of C rounded up to whole vectors. */
-static void softmax_row(void *y, const void *x, const void *b, const float *m,
-                        int C, int xbf, int bbf, int ybf, float *z)
+/* Rows of at most SHORT_VECS vectors (Swin's 49 and 16) stay in
+ * registers: no scratch, no scalar tail. */
+#define SHORT_VECS 4
+
+/* One row of C <= NV * LANES values whose last vector may be loaded
+ * whole (the row is not at the end of x, b or m): the lanes past C are
+ * set to -inf before the max and to 0 before the sum, and only C values
+ * are stored.  NV is a constant where this is inlined. */
+static inline __attribute__((always_inline)) void
+short_row(void *y, const void *x, const void *b, const float *m, int C, int xbf,
+          int bbf, int ybf, const int NV)
+{
+    const v16 zero = {0}, ninf = zero - INFINITY;
+    const v16i tail = lane_ids() < C - (NV - 1) * LANES;
+    v16 v[SHORT_VECS], mx = ninf, acc = zero;
+    for (int k = 0; k < NV; k++) {
+        v[k] = load16(x, k * LANES, xbf);
+        if (b)
+            v[k] += load16(b, k * LANES, bbf);
+        if (m)
+            v[k] += load16(m, k * LANES, 0);
+        if (k == NV - 1)
+            v[k] = VSEL(tail, v[k], ninf);
+        mx = VSEL(v[k] > mx, v[k], mx);
+    }
+    mx = lanes_max_all(&mx);
+    for (int k = 0; k < NV; k++) {
+        v[k] -= mx;
+        v[k] = vexp(&v[k]);
+        if (k == NV - 1)
+            v[k] = VSEL(tail, v[k], zero);
+        acc += v[k];
+    }
+    const v16 inv = 1.0f / lanes_sum_all(&acc);
+    for (int k = 0; k < NV - 1; k++) {
+        v[k] *= inv;
+        store16(y, k * LANES, &v[k], ybf);
+    }
+    uint32_t last[LANES];
+    v[NV - 1] *= inv;
+    store16(last, 0, &v[NV - 1], ybf);
+    const int rest = C - (NV - 1) * LANES;
+    memcpy((char *)y + (size_t)(NV - 1) * LANES * (ybf ? 2 : 4), last,
+           (size_t)rest * (ybf ? 2 : 4));
+}
+
+/* One row of any length: y = softmax(x + b + m) of C values (b, m NULL
+ * when absent), z the thread's scratch of C rounded up to whole vectors. */
+static void long_row(void *y, const void *x, const void *b, const float *m,
+                     int C, int xbf, int bbf, int ybf, float *z)
 {
     const int C16 = C - C % LANES;
     const v16 zero = {0};
@@ -58,9 +108,7 @@ static void softmax_row(void *y, const void *x, const void *b, const float *m,
         memcpy(z + c, &v, sizeof v);
         vmx = VSEL(v > vmx, v, vmx);
     }
-    float mx = -INFINITY;
-    for (int k = 0; k < LANES; k++)
-        mx = vmx[k] > mx ? vmx[k] : mx;
+    float mx = lanes_max_all(&vmx)[0];
     for (int c = C16; c < C; c++) {
         float v = dn_get(x, c, xbf);
         if (b)
@@ -71,9 +119,7 @@ static void softmax_row(void *y, const void *x, const void *b, const float *m,
         mx = v > mx ? v : mx;
     }
     /* The lanes past C (the last vector's tail) are left out of the sum. */
-    v16i lane;
-    for (int k = 0; k < LANES; k++)
-        lane[k] = k;
+    const v16i lane = lane_ids();
     v16 acc = zero;
     for (int c = 0; c < C; c += LANES) {
         v16 v;
@@ -95,8 +141,42 @@ static void softmax_row(void *y, const void *x, const void *b, const float *m,
         dn_put(y, c, z[c] * inv, ybf);
 }
 
+/* Where one thread's rows read: the multi-index of its current row and
+ * the element offsets of that row in b and m, stepped row by row (an
+ * odometer) instead of divided out for each row. */
+typedef struct {
+    int64_t idx[CL_MAX_DIMS], ob, om;
+} row_pos;
+
+static row_pos row_pos_at(const cl_softmax_dims *dm, int64_t r)
+{
+    row_pos p;
+    memset(&p, 0, sizeof p);
+    for (int k = dm->nd - 1; k >= 0; k--) {
+        p.idx[k] = r % dm->d[k];
+        r /= dm->d[k];
+        p.ob += p.idx[k] * dm->sb[k] * dm->C;
+        p.om += p.idx[k] * dm->sm[k] * dm->C;
+    }
+    return p;
+}
+
+static void row_pos_next(const cl_softmax_dims *dm, row_pos *p)
+{
+    for (int k = dm->nd - 1; k >= 0; k--) {
+        p->ob += dm->sb[k] * dm->C;
+        p->om += dm->sm[k] * dm->C;
+        if (++p->idx[k] < dm->d[k])
+            return;
+        p->ob -= dm->sb[k] * dm->C * dm->d[k];
+        p->om -= dm->sm[k] * dm->C * dm->d[k];
+        p->idx[k] = 0;
+    }
+}
+
 /* y = softmax(x + b + m) row by row, on the threads the plan counted
- * (s->aux), each with its part of the scratch store. */
+ * (s->aux), each over its own run of rows with its part of the scratch
+ * store. */
 static cl_status run_fwd(dn_ctx *d, const dn_step *s)
 {
     const cl_node *n = &d->g->nodes[s->node];
@@ -125,20 +205,36 @@ static cl_status run_fwd(dn_ctx *d, const dn_step *s)
     const int C = dm.C;
     const int64_t per = (int64_t)(C + LANES - 1) / LANES * LANES;
     const size_t xe = xbf ? 2 : 4, be = bbf ? 2 : 4, ye = ybf ? 2 : 4;
-#pragma omp parallel num_threads(s->aux) if (dm.rows * C >= SM_PAR_MIN)
+    /* A short row loads its last vector whole when that stays inside x,
+     * b and m: every row but the last few of each. */
+    const int nv = (int)(per / LANES);
+    const int64_t xn = dm.rows * C, bn = dm.b_rows * C,
+                  mn = m ? cl_shape_numel(&d->g->tensors[n->buf[0]].shape) : 0;
+    const int nt = dm.rows * C >= SM_PAR_MIN ? s->aux : 1;
+#pragma omp parallel num_threads(nt)
     {
-        float *z = w + per * omp_get_thread_num();
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < dm.rows; r++) {
-            const void *br =
-                b ? (const char *)b +
-                        (size_t)(cl_softmax_row_of(&dm, dm.sb, r) * C) * be
-                  : NULL;
-            const float *mr =
-                m ? m + cl_softmax_row_of(&dm, dm.sm, r) * C : NULL;
-            softmax_row((char *)y + (size_t)(r * C) * ye,
-                        (const char *)x + (size_t)(r * C) * xe, br, mr, C, xbf,
-                        bbf, ybf, z);
+        const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int64_t r0 = dm.rows * t / tn, r1 = dm.rows * (t + 1) / tn;
+        float *z = w + per * t;
+        row_pos p = row_pos_at(&dm, r0);
+        for (int64_t r = r0; r < r1; r++, row_pos_next(&dm, &p)) {
+            const void *xr = (const char *)x + (size_t)(r * C) * xe;
+            const void *br = b ? (const char *)b + (size_t)p.ob * be : NULL;
+            const float *mr = m ? m + p.om : NULL;
+            void *yr = (char *)y + (size_t)(r * C) * ye;
+            const int whole = nv <= SHORT_VECS && r * C + per <= xn &&
+                              (!b || p.ob + per <= bn) &&
+                              (!m || p.om + per <= mn);
+            if (!whole)
+                long_row(yr, xr, br, mr, C, xbf, bbf, ybf, z);
+            else if (nv == 4)
+                short_row(yr, xr, br, mr, C, xbf, bbf, ybf, 4);
+            else if (nv == 3)
+                short_row(yr, xr, br, mr, C, xbf, bbf, ybf, 3);
+            else if (nv == 2)
+                short_row(yr, xr, br, mr, C, xbf, bbf, ybf, 2);
+            else
+                short_row(yr, xr, br, mr, C, xbf, bbf, ybf, 1);
         }
     }
     return CL_OK;

@@ -33,6 +33,20 @@ static inline v16 load16(const void *x, int64_t c, int bf)
     return v;
 }
 
+/* x[c] of a row of either type, as f32, inline (a bf16 is the high half
+ * of its f32). */
+static inline float load1(const void *x, int64_t c, int bf)
+{
+    float f;
+    if (bf) {
+        const uint32_t u = (uint32_t)((const uint16_t *)x)[c] << 16;
+        memcpy(&f, &u, sizeof f);
+    } else {
+        f = ((const float *)x)[c];
+    }
+    return f;
+}
+
 /* y[c..c+15] = v, rounded to bf16 as cl_bf16_from_f32 does (to nearest
  * even, NaN kept quiet). */
 static inline void store16(void *y, int64_t c, const v16 *v, int bf)
@@ -51,15 +65,38 @@ static inline void store16(void *y, int64_t c, const v16 *v, int bf)
     memcpy((uint16_t *)y + c, &h, sizeof h);
 }
 
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* Lane k of a vector for every k, and the sum and the maximum of a's
+ * lanes in every lane: four swaps of halves, quarters, pairs and
+ * neighbours, a chain of 4 operations where a loop over the lanes makes
+ * one of 16. */
+static inline v16i lane_ids(void)
+{
+    const v16i k = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return k;
+}
+#define LANE_SWAP(a, s) __builtin_shuffle((a), lane_ids() ^ (s))
+static inline v16 lanes_sum_all(const v16 *a)
+{
+    v16 v = *a;
+    for (int s = 8; s > 0; s >>= 1)
+        v += LANE_SWAP(v, s);
+    return v;
+}
+static inline v16 lanes_max_all(const v16 *a)
+{
+    v16 v = *a;
+    for (int s = 8; s > 0; s >>= 1) {
+        const v16 w = LANE_SWAP(v, s);
+        v = (v16)(((v16i)v & (v > w)) | ((v16i)w & ~(v > w)));
+    }
+    return v;
+}
 static inline float lanes_sum(const v16 *a)
 {
-    float s = 0.0f;
-    for (int k = 0; k < LANES; k++)
-        s += (*a)[k];
-    return s;
+    return lanes_sum_all(a)[0];
 }
-
-typedef int32_t v16i __attribute__((vector_size(64)));
 
 /* a where m (all ones), else b.  (A macro, and vexp takes a pointer:
  * 64-byte vectors passed by value draw a note on the ABI from GCC when
