@@ -67,6 +67,11 @@ static inline void store16(void *y, int64_t c, const v16 *v, int bf)
 
 typedef int32_t v16i __attribute__((vector_size(64)));
 
+/* a where m (all ones), else b.  (A macro, and vexp takes a pointer:
+ * 64-byte vectors passed by value draw a note on the ABI from GCC when
+ * the target has no AVX-512.) */
+#define VSEL(m, a, b) ((v16)(((v16i)(a) & (m)) | ((v16i)(b) & ~(m))))
+
 /* Lane k of a vector for every k, and the sum and the maximum of a's
  * lanes in every lane: four swaps of halves, quarters, pairs and
  * neighbours, a chain of 4 operations where a loop over the lanes makes
@@ -76,32 +81,45 @@ static inline v16i lane_ids(void)
     const v16i k = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     return k;
 }
-#define LANE_SWAP(a, s) __builtin_shuffle((a), lane_ids() ^ (s))
+/* a with its halves, quarters, pairs or neighbours exchanged. */
+#define LANE_SWAP8(a)                                                          \
+    __builtin_shufflevector((a), (a), 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2,   \
+                            3, 4, 5, 6, 7)
+#define LANE_SWAP4(a)                                                          \
+    __builtin_shufflevector((a), (a), 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15,  \
+                            8, 9, 10, 11)
+#define LANE_SWAP2(a)                                                          \
+    __builtin_shufflevector((a), (a), 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9,    \
+                            14, 15, 12, 13)
+#define LANE_SWAP1(a)                                                          \
+    __builtin_shufflevector((a), (a), 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10,    \
+                            13, 12, 15, 14)
 static inline v16 lanes_sum_all(const v16 *a)
 {
     v16 v = *a;
-    for (int s = 8; s > 0; s >>= 1)
-        v += LANE_SWAP(v, s);
+    v += LANE_SWAP8(v);
+    v += LANE_SWAP4(v);
+    v += LANE_SWAP2(v);
+    v += LANE_SWAP1(v);
     return v;
 }
 static inline v16 lanes_max_all(const v16 *a)
 {
-    v16 v = *a;
-    for (int s = 8; s > 0; s >>= 1) {
-        const v16 w = LANE_SWAP(v, s);
-        v = (v16)(((v16i)v & (v > w)) | ((v16i)w & ~(v > w)));
-    }
+    v16 v = *a, w;
+    w = LANE_SWAP8(v);
+    v = VSEL(v > w, v, w);
+    w = LANE_SWAP4(v);
+    v = VSEL(v > w, v, w);
+    w = LANE_SWAP2(v);
+    v = VSEL(v > w, v, w);
+    w = LANE_SWAP1(v);
+    v = VSEL(v > w, v, w);
     return v;
 }
 static inline float lanes_sum(const v16 *a)
 {
     return lanes_sum_all(a)[0];
 }
-
-/* a where m (all ones), else b.  (A macro, and vexp takes a pointer:
- * 64-byte vectors passed by value draw a note on the ABI from GCC when
- * the target has no AVX-512.) */
-#define VSEL(m, a, b) ((v16)(((v16i)(a) & (m)) | ((v16i)(b) & ~(m))))
 
 /* e^x in every lane, within 1 ulp of glibc's expf for x in [-87.3, 88]
  * (every float of it, measured) and clamped to it, so e^-inf is 2^-126
