@@ -269,27 +269,24 @@ attend(const at_args *a, int64_t b, const int NV, const int DV)
         rows(a, &t, i, 1, NV, DV);
 }
 
-#define AT_CASE(nv, dv)                                                        \
-    case (nv)*8 + (dv):                                                        \
+/* One function per shape (NV, DV), each with attend inlined at its
+ * constants; a table picks it. */
+typedef void (*at_fn)(const at_args *a, int64_t b);
+#define AT_FN(nv, dv)                                                          \
+    static void attend_##nv##_##dv(const at_args *a, int64_t b)                \
+    {                                                                          \
         attend(a, b, nv, dv);                                                  \
-        break
-#define AT_CASES(nv)                                                           \
-    AT_CASE(nv, 1);                                                            \
-    AT_CASE(nv, 2);                                                            \
-    AT_CASE(nv, 3);                                                            \
-    AT_CASE(nv, 4)
-
-static void attend_one(const at_args *a, int64_t b, int nv, int dv)
-{
-    switch (nv * 8 + dv) {
-        AT_CASES(1);
-        AT_CASES(2);
-        AT_CASES(3);
-        AT_CASES(4);
-    default:
-        CL_ASSERT(!"attention: shape lowering did not allow");
     }
-}
+#define AT_FNS(nv) AT_FN(nv, 1) AT_FN(nv, 2) AT_FN(nv, 3) AT_FN(nv, 4)
+AT_FNS(1)
+AT_FNS(2)
+AT_FNS(3)
+AT_FNS(4)
+#define AT_ROW(nv)                                                             \
+    {                                                                          \
+        attend_##nv##_1, attend_##nv##_2, attend_##nv##_3, attend_##nv##_4     \
+    }
+static const at_fn at_fns[4][4] = {AT_ROW(1), AT_ROW(2), AT_ROW(3), AT_ROW(4)};
 
 cl_status cl_dnnl_attention_run(dn_ctx *d, const dn_step *s)
 {
@@ -334,10 +331,12 @@ cl_status cl_dnnl_attention_run(dn_ctx *d, const dn_step *s)
     a.alpha = sc->attr.matmul.alpha;
     a.alpha_v = n->attr.matmul.alpha;
     const int nv = (a.N + LANES - 1) / LANES, dv = a.Dv / LANES;
+    CL_ASSERT(nv >= 1 && nv <= 4 && dv >= 1 && dv <= 4);
+    const at_fn fn = at_fns[nv - 1][dv - 1];
     const int64_t B = ms.B;
     a.B = B;
 #pragma omp parallel for schedule(static) num_threads(s->aux) if (B > 1)
     for (int64_t b = 0; b < B; b++)
-        attend_one(&a, b, nv, dv);
+        fn(&a, b);
     return CL_OK;
 }

@@ -10,6 +10,11 @@
 
 enum { LANES = 16 };
 
+/* Every function here is inlined into its caller: one that returns a
+ * vector and stayed a call would cross the ABI boundary GCC warns about
+ * (-Wpsabi) on targets without AVX-512. */
+#define VEC_INLINE static inline __attribute__((always_inline))
+
 /* 16 floats, and their bits. */
 typedef float v16 __attribute__((vector_size(64)));
 /* Passing them by value between these static functions, which the
@@ -19,7 +24,7 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 
 /* x[c..c+15] of a row of either type, as f32. */
-static inline v16 load16(const void *x, int64_t c, int bf)
+VEC_INLINE v16 load16(const void *x, int64_t c, int bf)
 {
     v16 v;
     if (bf) {
@@ -35,7 +40,7 @@ static inline v16 load16(const void *x, int64_t c, int bf)
 
 /* x[c] of a row of either type, as f32, inline (a bf16 is the high half
  * of its f32). */
-static inline float load1(const void *x, int64_t c, int bf)
+VEC_INLINE float load1(const void *x, int64_t c, int bf)
 {
     float f;
     if (bf) {
@@ -49,7 +54,7 @@ static inline float load1(const void *x, int64_t c, int bf)
 
 /* y[c..c+15] = v, rounded to bf16 as cl_bf16_from_f32 does (to nearest
  * even, NaN kept quiet). */
-static inline void store16(void *y, int64_t c, const v16 *v, int bf)
+VEC_INLINE void store16(void *y, int64_t c, const v16 *v, int bf)
 {
     if (!bf) {
         memcpy((float *)y + c, v, sizeof *v);
@@ -76,7 +81,7 @@ typedef int32_t v16i __attribute__((vector_size(64)));
  * lanes in every lane: four swaps of halves, quarters, pairs and
  * neighbours, a chain of 4 operations where a loop over the lanes makes
  * one of 16. */
-static inline v16i lane_ids(void)
+VEC_INLINE v16i lane_ids(void)
 {
     const v16i k = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     return k;
@@ -94,7 +99,7 @@ static inline v16i lane_ids(void)
 #define LANE_SWAP1(a)                                                          \
     __builtin_shufflevector((a), (a), 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10,    \
                             13, 12, 15, 14)
-static inline v16 lanes_sum_all(const v16 *a)
+VEC_INLINE v16 lanes_sum_all(const v16 *a)
 {
     v16 v = *a;
     v += LANE_SWAP8(v);
@@ -103,7 +108,7 @@ static inline v16 lanes_sum_all(const v16 *a)
     v += LANE_SWAP1(v);
     return v;
 }
-static inline v16 lanes_max_all(const v16 *a)
+VEC_INLINE v16 lanes_max_all(const v16 *a)
 {
     v16 v = *a, w;
     w = LANE_SWAP8(v);
@@ -116,7 +121,7 @@ static inline v16 lanes_max_all(const v16 *a)
     v = VSEL(v > w, v, w);
     return v;
 }
-static inline float lanes_sum(const v16 *a)
+VEC_INLINE float lanes_sum(const v16 *a)
 {
     return lanes_sum_all(a)[0];
 }
@@ -127,7 +132,7 @@ static inline float lanes_sum(const v16 *a)
  * softmax leaves lanes past a row's end out of its sum instead.
  * x = n ln 2 + r, |r| <= ln2/2, e^r by Cephes' degree-6 polynomial,
  * times 2^n built in the exponent bits. */
-static inline v16 vexp(const v16 *px)
+VEC_INLINE v16 vexp(const v16 *px)
 {
     v16 x = *px;
     const v16 zero = {0};
