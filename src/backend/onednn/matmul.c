@@ -125,6 +125,28 @@ void cl_dnnl_matmul_init(dn_node *x)
     x->u.mm.attn = -1;
 }
 
+/* Node i's output as a side of its (n0, n1) batch: its own plain store,
+ * or (a view) the store of the gather's output it is written into. */
+static cl_status output_side(dn_ctx *d, int i, const cl_matmul_dims *m,
+                             int64_t n0, int64_t n1, mm_side *y,
+                             dnnl_memory_desc_t *ymd)
+{
+    const cl_node *n = &d->g->nodes[i];
+    const dn_matmul *x = &d->nd[i].u.mm;
+    dnnl_memory_desc_t full;
+    dnnl_dims_t dims;
+    const int yt = x->v[2].x >= 0 ? x->v[2].x : n->out;
+    const cl_shape *ys = &gt(d, yt)->shape;
+    dims_of(ys, dims);
+    cl_dnnl_md_plain_dt(&full, ys->ndim, dims, act_dt(d));
+    CL_TRY(cl_dnnl_set_md(d, n->out, &full, -1));
+    const int ystore = d->t[rep(d, n->out)].store;
+    *y = x->v[2].x >= 0 ? side_view(&x->v[2], ystore, m->M, m->N, act_dt(d))
+                        : side_plain(ystore, n1, m->M, m->N);
+    side_md(ymd, y, n0, n1, 0, act_dt(d));
+    return CL_OK;
+}
+
 /* Matmul i with the scores matmul and the softmax before it as one
  * attention step (lowering chose it): q and k as the scores' matmul would
  * have read them, v as i reads it, the softmax's bias (plain), and i's
@@ -140,7 +162,7 @@ static cl_status attention_fwd(dn_ctx *d, int i)
     dn_matmul *xs = &d->nd[j].u.mm;
     const cl_matmul_dims ms = dims_of_node(d, sn), m = dims_of_node(d, n);
     dnnl_memory_desc_t full, qmd, kmd, vmd, bmd, ymd;
-    dnnl_dims_t dims;
+    mm_side y;
     int64_t n0, n1;
     int bs = -1;
     dn_step *s;
@@ -162,16 +184,7 @@ static cl_status attention_fwd(dn_ctx *d, int i)
     if (sm->n_in > 1)
         TRY(cl_dnnl_plain_value(d, i, sm->in[1], dnnl_data_type_undef, &bmd,
                                 &bs));
-    const int yt = x->v[2].x >= 0 ? x->v[2].x : n->out;
-    const cl_shape *ys = &gt(d, yt)->shape;
-    dims_of(ys, dims);
-    cl_dnnl_md_plain_dt(&full, ys->ndim, dims, act_dt(d));
-    TRY(cl_dnnl_set_md(d, n->out, &full, -1));
-    const int ystore = d->t[rep(d, n->out)].store;
-    const mm_side y = x->v[2].x >= 0
-                          ? side_view(&x->v[2], ystore, m.M, m.N, act_dt(d))
-                          : side_plain(ystore, n1, m.M, m.N);
-    side_md(&ymd, &y, n0, n1, 0, act_dt(d));
+    TRY(output_side(d, i, &m, n0, n1, &y, &ymd));
     for (int l = 0; l < n_fwd_lists(d); l++) {
         TRY(cl_dnnl_step_run(d, fwd_list(d, l), cl_dnnl_attention_run, i,
                              "window attention forward", i, &s));
@@ -195,7 +208,7 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
     const cl_matmul_dims m = dims_of_node(d, n);
     dn_matmul *x = &d->nd[i].u.mm;
     dnnl_memory_desc_t full, amd, bmd, ymd;
-    dnnl_dims_t dims;
+    mm_side y;
     int64_t n0, n1;
     if (x->attn >= 0)
         return attention_fwd(d, i);
@@ -213,18 +226,7 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
         side_md(&bmd, &b, n0, n1, at->trans_b, conv_dt(d));
     else
         side_md(&bmd, &b, 1, 1, at->trans_b, conv_dt(d));
-    /* The output: its own plain store, or (a view) the store of the
-     * gather's output it is written into. */
-    const int yt = x->v[2].x >= 0 ? x->v[2].x : n->out;
-    const cl_shape *ys = &gt(d, yt)->shape;
-    dims_of(ys, dims);
-    cl_dnnl_md_plain_dt(&full, ys->ndim, dims, act_dt(d));
-    TRY(cl_dnnl_set_md(d, n->out, &full, -1));
-    const int ystore = d->t[rep(d, n->out)].store;
-    const mm_side y = x->v[2].x >= 0
-                          ? side_view(&x->v[2], ystore, m.M, m.N, act_dt(d))
-                          : side_plain(ystore, n1, m.M, m.N);
-    side_md(&ymd, &y, n0, n1, 0, act_dt(d));
+    TRY(output_side(d, i, &m, n0, n1, &y, &ymd));
     TRY(mm_step(d, i, NULL, i, "matmul forward", at->alpha, &a, &amd, &b, &bmd,
                 &y, &ymd, 1));
 fail:
