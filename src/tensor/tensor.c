@@ -195,14 +195,6 @@ float cl_f32_from_f16(uint16_t h)
     return f;
 }
 
-float cl_f32_from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 void cl_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "classic/status.h"
 
@@ -66,7 +67,14 @@ void cl_tensor_free(cl_tensor *t);
 float cl_f32_from_f16(uint16_t h);
 /* bf16: the upper half of an f32, rounded to nearest even; NaN stays NaN. */
 uint16_t cl_bf16_from_f32(float f);
-float cl_f32_from_bf16(uint16_t h);
+/* Inline: the backend's per-element loops widen through it (dn_get). */
+static inline float cl_f32_from_bf16(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 void cl_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void cl_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
 /* dst = src converted between f32 and bf16; same shape, plain layout. */

@@ -75,16 +75,22 @@ add_row(v16 *s, const void *src, int64_t off, int bf, int64_t total, int N,
     }
     float t[AT_MAX + LANES] = {0};
     for (int c = 0; c < N; c++)
-        t[c] = load1(src, off + c, bf);
+        t[c] = dn_get(src, off + c, bf);
     for (int k = 0; k < NV; k++)
         s[k] += load16(t, k * LANES, 0);
 }
 
+/* A row of k^T and of the probabilities: room for AT_MAX keys in whole
+ * vectors. */
+enum { AT_ROW = 4 * LANES };
+_Static_assert(AT_ROW >= AT_MAX && AT_WIDTH_STEP % LANES == 0,
+               "attention.c's rows hold AT_MAX keys in whole vectors");
+
 /* One matrix's values widened on the stack and where its bias and mask
  * rows start. */
 typedef struct at_mat {
-    const float *kt, *vf, *qf; /* k^T (D rows of 4 LANES), v, q */
-    float *p;                  /* probabilities, 2 rows of 4 LANES */
+    const float *kt, *vf, *qf; /* k^T (D rows of AT_ROW), v, q */
+    float *p;                  /* probabilities, 2 rows of AT_ROW */
     int64_t ob, om, obs, oms;  /* bias and mask: first row, row step */
     int64_t b;
 } at_mat;
@@ -98,7 +104,6 @@ static inline __attribute__((always_inline)) void
 rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
      const int DV)
 {
-    enum { W = 4 * LANES };
     const int N = a->N, D = a->D, Dv = DV * LANES;
     const v16 zero = {0}, ninf = zero - INFINITY;
     const v16i tail = lane_ids() < N - (NV - 1) * LANES;
@@ -115,7 +120,7 @@ rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
 #pragma GCC unroll 4
             for (int k = 0; k < NV; k++) {
                 v16 kv;
-                memcpy(&kv, t->kt + e * W + k * LANES, sizeof kv);
+                memcpy(&kv, t->kt + e * AT_ROW + k * LANES, sizeof kv);
                 s[r][k] += q * kv;
             }
         }
@@ -154,7 +159,7 @@ rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
 #pragma GCC unroll 4
         for (int k = 0; k < NV; k++) {
             s[r][k] *= inv;
-            memcpy(t->p + r * W + k * LANES, &s[r][k], sizeof s[r][k]);
+            memcpy(t->p + r * AT_ROW + k * LANES, &s[r][k], sizeof s[r][k]);
         }
     }
 
@@ -173,7 +178,7 @@ rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
         for (int u = 0; u < 2; u++)
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
-                const float pj = t->p[r * W + j + u];
+                const float pj = t->p[r * AT_ROW + j + u];
 #pragma GCC unroll 4
                 for (int c = 0; c < DV; c++) {
                     v16 w;
@@ -184,7 +189,7 @@ rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
     for (; j < N; j++)
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            const float pj = t->p[r * W + j];
+            const float pj = t->p[r * AT_ROW + j];
 #pragma GCC unroll 4
             for (int c = 0; c < DV; c++) {
                 v16 w;
@@ -210,8 +215,8 @@ rows(const at_args *a, const at_mat *t, int i, const int R, const int NV,
 static inline __attribute__((always_inline)) void
 attend(const at_args *a, int64_t b, const int NV, const int DV)
 {
-    enum { W = 4 * LANES };
-    float kt[AT_MAX * W], vf[AT_MAX * AT_MAX], qf[AT_MAX * AT_MAX], p[2 * W];
+    float kt[AT_MAX * AT_ROW], vf[AT_MAX * AT_MAX], qf[AT_MAX * AT_MAX],
+        p[2 * AT_ROW];
     const int M = a->M, N = a->N, D = a->D, Dv = DV * LANES;
     /* A matrix's rows are scattered (a view's row is a token's q, k or v
      * among its heads'), and the next matrix's are asked for now, so that
@@ -231,12 +236,12 @@ attend(const at_args *a, int64_t b, const int NV, const int DV)
             const v16 t = load16(kr, e, a->k.bf) * a->alpha;
 #pragma GCC unroll 16
             for (int l = 0; l < LANES; l++)
-                kt[(e + l) * W + j] = t[l];
+                kt[(e + l) * AT_ROW + j] = t[l];
         }
     }
     for (int e = 0; e < D; e++)
         for (int j = N; j < NV * LANES; j++)
-            kt[e * W + j] = 0.0f;
+            kt[e * AT_ROW + j] = 0.0f;
     for (int j = 0; j < N; j++) {
         const void *vr = at_row(&a->v, b, j);
 #pragma GCC unroll 4

@@ -38,20 +38,6 @@ VEC_INLINE v16 load16(const void *x, int64_t c, int bf)
     return v;
 }
 
-/* x[c] of a row of either type, as f32, inline (a bf16 is the high half
- * of its f32). */
-VEC_INLINE float load1(const void *x, int64_t c, int bf)
-{
-    float f;
-    if (bf) {
-        const uint32_t u = (uint32_t)((const uint16_t *)x)[c] << 16;
-        memcpy(&f, &u, sizeof f);
-    } else {
-        f = ((const float *)x)[c];
-    }
-    return f;
-}
-
 /* y[c..c+15] = v, rounded to bf16 as cl_bf16_from_f32 does (to nearest
  * even, NaN kept quiet). */
 VEC_INLINE void store16(void *y, int64_t c, const v16 *v, int bf)
