@@ -9,7 +9,9 @@ backward follows the forward's dtypes; weights and optimizer stay f32);
 LayerNorm takes no bf16 input with f32 weights (PyTorch 1.13 on CPU), it
 runs in f32 and returns the input's dtype, as later versions do.  Prints one
 line `torch: mode=... img_s=... rss_mb=... precision=... layout=...` per
-mode."""
+mode.  --profile also prints where the timed steps' time goes, as
+torch.profiler counts it (self CPU time per aten op, per step), to set
+beside `classic bench --profile on`."""
 import argparse
 import contextlib
 import resource
@@ -46,6 +48,21 @@ def layer_norms_in_f32(model):
             m.forward = forward
 
 
+def print_profile(prof, mode, steps):
+    """The ops by self CPU time, in ms per timed step (the profiler's own
+    overhead included, so the steps run a little slower than unprofiled)."""
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops)
+    print("torch profile: %s, ms per timed step by op (the 12 largest):"
+          % mode)
+    for e in ops[:12]:
+        print("  %9.2f ms %5.1f%%  %s (%d calls)"
+              % (e.self_cpu_time_total / 1e3 / steps,
+                 100.0 * e.self_cpu_time_total / total, e.key,
+                 e.count // steps))
+    print("  %9.2f ms total" % (total / 1e3 / steps), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--arch", default="resnet50")
@@ -61,6 +78,8 @@ def main():
                    help="none: f32; bf16: autocast to bfloat16")
     p.add_argument("--channels_last", action="store_true",
                    help="model and input in torch.channels_last")
+    p.add_argument("--profile", action="store_true",
+                   help="print self CPU time per op over the timed steps")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -102,10 +121,15 @@ def main():
                     model(x)
         for _ in range(a.warmup):
             step()
-        t = time.perf_counter()
-        for _ in range(a.steps):
-            step()
-        dt = time.perf_counter() - t
+        prof = (torch.profiler.profile() if a.profile
+                else contextlib.nullcontext())
+        with prof:
+            t = time.perf_counter()
+            for _ in range(a.steps):
+                step()
+            dt = time.perf_counter() - t
+        if a.profile:
+            print_profile(prof, mode, a.steps)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         print("torch: mode=%s img_s=%.3f step_s=%.4f rss_mb=%.1f threads=%d "
               "precision=%s layout=%s"
