@@ -425,6 +425,97 @@ CL_TEST(transforms_random_crop_pad_and_flip)
     cl_image_free(&img);
 }
 
+/* Resize then RandomCrop(padding), as torchvision composes them: every
+ * output is the resized image (made by the same transforms without the
+ * crop) shifted by at most the padding, zero where the crop leaves it,
+ * and maybe mirrored; down and up, bilinear and bicubic, gray and RGB. */
+static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
+                             int interp)
+{
+    cl_image img = {0};
+    fill_image(&img, H, W, C);
+    cl_transform_opts e = cl_transform_opts_small_eval(C, rh, rw, NULL, NULL);
+    e.normalize = 0;
+    e.resize_h = rh;
+    e.resize_w = rw;
+    e.interpolation = interp;
+    cl_transform_opts o = e;
+    o.random_crop = 1;
+    o.random_crop_pad = pad;
+    o.hflip_prob = 0.5f;
+    cl_transforms *te = NULL, *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&te, &e));
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    const size_t n = (size_t)C * rh * rw;
+    float *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
+    REQUIRE(ref && out);
+    REQUIRE_OK(cl_transforms_apply(te, &img, NULL, NULL, ref));
+    int mismatch = 0, shifted = 0, flipped = 0, padded = 0;
+    for (int t = 0; t < 100; t++) {
+        cl_rng r;
+        cl_rng_init(&r, 9, (uint64_t)t);
+        REQUIRE_OK(cl_transforms_apply(tf, &img, &r, NULL, out));
+        int found = 0;
+        for (int f = 0; f < 2 && !found; f++)
+            for (int dy = -pad; dy <= pad && !found; dy++)
+                for (int dx = -pad; dx <= pad && !found; dx++) {
+                    int good = 1;
+                    for (int c = 0; c < C && good; c++)
+                        for (int y = 0; y < rh && good; y++)
+                            for (int x = 0; x < rw && good; x++) {
+                                int sx = (f ? rw - 1 - x : x) + dx, sy = y + dy;
+                                float want =
+                                    (sy < 0 || sy >= rh || sx < 0 || sx >= rw)
+                                        ? 0.0f
+                                        : ref[((size_t)c * rh + sy) * rw + sx];
+                                good =
+                                    fabsf(out[((size_t)c * rh + y) * rw + x] -
+                                          want) <= 1e-5f;
+                            }
+                    if (good) {
+                        found = 1;
+                        shifted += dy != 0 || dx != 0;
+                        flipped += f;
+                        padded += dy == -pad || dy == pad;
+                    }
+                }
+        mismatch += !found;
+    }
+    CHECK(mismatch == 0);
+    CHECK(shifted > 70);
+    CHECK(flipped > 25 && flipped < 75);
+    CHECK(padded > 0);
+    free(ref);
+    free(out);
+    cl_transforms_destroy(te);
+    cl_transforms_destroy(tf);
+    cl_image_free(&img);
+}
+
+CL_TEST(transforms_resize_then_random_crop)
+{
+    resize_then_crop(12, 10, 1, 18, 16, 3, CL_INTERP_BILINEAR);
+    resize_then_crop(12, 10, 3, 18, 16, 2, CL_INTERP_BICUBIC);
+    resize_then_crop(20, 24, 1, 9, 11, 2, CL_INTERP_BILINEAR);
+    resize_then_crop(20, 24, 3, 9, 11, 4, CL_INTERP_BICUBIC);
+    /* A crop that no padding can fit is refused with the sizes. */
+    cl_image img = {0};
+    fill_image(&img, 12, 10, 1);
+    cl_transform_opts o =
+        cl_transform_opts_small_train(1, 20, 20, 1, 0.0f, NULL, NULL);
+    o.resize = 12;
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    float out[400];
+    cl_rng r;
+    cl_rng_init(&r, 1, 0);
+    CHECK_ERR(cl_transforms_apply(tf, &img, &r, NULL, out), CL_ERR_SHAPE,
+              "RandomCrop 20x20 is larger than the image resized to 14x12 "
+              "and padded by 1");
+    cl_transforms_destroy(tf);
+    cl_image_free(&img);
+}
+
 CL_TEST(transforms_resize)
 {
     /* A constant image stays constant at any scale; a 2x box-downscale of
@@ -523,7 +614,16 @@ CL_TEST(transforms_bad_options)
     CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG, "out_c = 2");
     o = cl_transform_opts_imagenet_train(224);
     o.resize = 256;
-    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG, "choose one");
+    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG,
+              "random_resized_crop resizes and crops by itself: drop the "
+              "resize");
+    o = cl_transform_opts_imagenet_train(224);
+    o.random_crop = 1;
+    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG, "drop random_crop");
+    o = cl_transform_opts_imagenet_eval(224);
+    o.random_crop = 1;
+    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG,
+              "choose one of random_crop and center_crop");
     o = cl_transform_opts_imagenet_train(224);
     o.rrc_scale[0] = 0.9f;
     o.rrc_scale[1] = 0.5f;

@@ -364,6 +364,32 @@ CL_TEST(config_keys)
     CHECK(tr.interpolation == CL_INTERP_BILINEAR);
 }
 
+/* random_crop_padding is kept when the images are resized: Resize(side)
+ * then RandomCrop(side, padding), as torchvision composes them, for a
+ * dataset of one size (28 -> 36) and for folders (shorter side to 36);
+ * at the native size no resize, and evaluation resizes without a crop. */
+CL_TEST(recipe_random_crop_after_resize)
+{
+    cl_config c;
+    cl_config_defaults(&c);
+    REQUIRE_OK(cl_config_set(&c, "random_crop_padding", "4"));
+    cl_transform_opts o;
+    REQUIRE_OK(cl_recipe_transforms(&c, 28, 28, 1, 36, 1, &o));
+    CHECK(o.random_crop && o.random_crop_pad == 4);
+    CHECK(o.resize_h == 36 && o.resize_w == 36 && o.resize == 0);
+    CHECK(!o.center_crop);
+    REQUIRE_OK(cl_recipe_transforms(&c, 0, 0, 3, 36, 1, &o));
+    CHECK(o.random_crop && o.resize == 36 && !o.center_crop);
+    REQUIRE_OK(cl_recipe_transforms(&c, 36, 36, 1, 36, 1, &o));
+    CHECK(o.random_crop && o.resize == 0 && o.resize_h == 0);
+    REQUIRE_OK(cl_recipe_transforms(&c, 28, 28, 1, 36, 0, &o));
+    CHECK(!o.random_crop && o.resize_h == 36 && o.resize_w == 36);
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_recipe_transforms(&c, 28, 28, 1, 36, 1, &o));
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    cl_transforms_destroy(tf);
+}
+
 /* ------------------------------------------------- live parity (python) */
 
 static int have_python(const char *modules)

@@ -138,9 +138,10 @@ typedef enum cl_interpolation {
 } cl_interpolation;
 
 /* What happens to one sample, in this order: Decode -> geometric stage (one
- * of RandomResizedCrop | Resize[+CenterCrop] | RandomCrop with padding,
- * fused into one resampling pass) -> horizontal flip -> auto augment (on
- * the image rounded to 8 bits, as torchvision's PIL/uint8 input) -> ColorJitter
+ * of RandomResizedCrop | Resize[+CenterCrop] | [Resize+]RandomCrop with
+ * padding, fused into one resampling pass) -> horizontal flip -> auto augment
+ * (on the image rounded to 8 bits, as torchvision's PIL/uint8 input) ->
+ * ColorJitter
  * -> to float [0,1] -> Normalize -> RandomErasing -> channel conversion (1->3
  * repetition, 3->1 luma) -> CHW into the caller's buffer. Fields left 0 are
  * off.  An eval pipeline has no random op. */
@@ -153,7 +154,8 @@ typedef struct cl_transform_opts {
     int resize_h, resize_w;
     /* CenterCrop to out_h x out_w after Resize. */
     int center_crop;
-    /* RandomCrop(out_h x out_w, padding=random_crop_pad), zero padding. */
+    /* RandomCrop(out_h x out_w, padding=random_crop_pad), zero padding;
+     * after the Resize when one is set (instead of its CenterCrop). */
     int random_crop;
     int random_crop_pad;
     /* RandomResizedCrop to out_h x out_w (torchvision's algorithm). */

@@ -102,12 +102,15 @@ cl_status cl_transforms_create(cl_transforms **out,
         return cl_error(CL_ERR_CONFIG,
                         "transforms output %dx%d: expected 1..8192 a side",
                         o.out_h, o.out_w);
-    int geo = (o.random_resized_crop != 0) + (o.random_crop != 0) +
-              (o.resize > 0 || o.resize_h > 0 || o.resize_w > 0);
-    if (geo > 1)
+    const int resize = o.resize > 0 || o.resize_h > 0 || o.resize_w > 0;
+    if (o.random_resized_crop && (o.random_crop || resize))
         return cl_error(CL_ERR_CONFIG,
-                        "transforms: choose one of random_resized_crop, "
-                        "random_crop and resize");
+                        "transforms: random_resized_crop resizes and crops "
+                        "by itself: drop %s",
+                        o.random_crop ? "random_crop" : "the resize");
+    if (o.random_crop && o.center_crop)
+        return cl_error(CL_ERR_CONFIG, "transforms: choose one of "
+                                       "random_crop and center_crop");
     if (o.resize < 0 || o.resize_h < 0 || o.resize_w < 0 ||
         (o.resize_h > 0) != (o.resize_w > 0))
         return cl_error(CL_ERR_CONFIG,
@@ -279,10 +282,13 @@ static double rand_range(cl_rng *r, double lo, double hi)
 }
 
 /* A source window mapped onto the output: rows y0..y0+ch, cols x0..x0+cw
- * (floats), sampled only inside [lo, hi) of the image. */
+ * (floats), sampled only inside [lo, hi) of the image.  Output rows
+ * [oy0, oy1) and columns [ox0, ox1) (before the flip) lie on the resized
+ * image; the others are a crop's zero padding. */
 typedef struct window {
     double x0, y0, cw, ch;
     int xlo, xhi, ylo, yhi;
+    int oy0, oy1, ox0, ox1;
     int exact; /* integer offsets at scale 1: a plain copy, zero outside */
 } window;
 
@@ -338,6 +344,8 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
     w->xhi = W;
     w->ylo = 0;
     w->yhi = H;
+    w->oy1 = oh;
+    w->ox1 = ow;
     if (o->random_resized_crop) {
         rrc_params(o, H, W, r, w);
         /* Crop first, then resize: the filter sees only the crop. */
@@ -364,15 +372,34 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
             rh = 1;
         if (rw < 1)
             rw = 1;
-        /* Resize to rh x rw, then centre-crop oh x ow (torchvision's
-         * rounding), expressed as a window in source pixels. */
-        int top = (int)py_round((rh - oh) / 2.0);
-        int left = (int)py_round((rw - ow) / 2.0);
+        /* Resize to rh x rw, then crop oh x ow: at the centre
+         * (torchvision's rounding), or at random in the resized image
+         * padded by random_crop_pad; expressed as a window in source
+         * pixels.  A crop reaching past the resized image is zero there,
+         * as torchvision pads it. */
+        int top, left;
+        if (o->random_crop) {
+            int p = o->random_crop_pad;
+            if (rh + 2 * p < oh || rw + 2 * p < ow)
+                return cl_error(CL_ERR_SHAPE,
+                                "RandomCrop %dx%d is larger than the image "
+                                "resized to %dx%d and padded by %d",
+                                oh, ow, rh, rw, p);
+            top = rand_int(r, 0, rh + 2 * p - oh) - p;
+            left = rand_int(r, 0, rw + 2 * p - ow) - p;
+        } else {
+            top = (int)py_round((rh - oh) / 2.0);
+            left = (int)py_round((rw - ow) / 2.0);
+        }
         double sy = (double)H / rh, sx = (double)W / rw;
         w->y0 = top * sy;
         w->x0 = left * sx;
         w->ch = oh * sy;
         w->cw = ow * sx;
+        w->oy0 = top < 0 ? -top : 0;
+        w->ox0 = left < 0 ? -left : 0;
+        w->oy1 = rh - top < oh ? rh - top : oh;
+        w->ox1 = rw - left < ow ? rw - left : ow;
         w->exact = rh == H && rw == W;
         return CL_OK;
     }
@@ -628,7 +655,8 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
                     const float *w = wx + (size_t)x * tx;
                     const uint8_t *p = row + (size_t)fx[x] * 3;
                     float a0 = 0, a1 = 0, a2 = 0;
-                    for (int k = 0; k < nx[x]; k++, p += 3) {
+                    const int n = x >= win.ox0 && x < win.ox1 ? nx[x] : 0;
+                    for (int k = 0; k < n; k++, p += 3) {
                         a0 += w[k] * p[0];
                         a1 += w[k] * p[1];
                         a2 += w[k] * p[2];
@@ -643,7 +671,8 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
                     const float *w = wx + (size_t)x * tx;
                     const uint8_t *p = row + fx[x];
                     float a0 = 0;
-                    for (int k = 0; k < nx[x]; k++)
+                    const int n = x >= win.ox0 && x < win.ox1 ? nx[x] : 0;
+                    for (int k = 0; k < n; k++)
                         a0 += w[k] * p[k];
                     t[flip ? ow - 1 - x : x] = a0;
                 }
@@ -660,7 +689,8 @@ cl_status cl_transforms_apply(const cl_transforms *tf, const cl_image *img,
             size_t rowlen = (size_t)ow * C;
             for (size_t i = 0; i < rowlen; i++)
                 d[i] = 0;
-            for (int k = 0; k < ny[y]; k++) {
+            const int n = y >= win.oy0 && y < win.oy1 ? ny[y] : 0;
+            for (int k = 0; k < n; k++) {
                 const float *t = tmp + (size_t)(fy[y] + k - r0) * rowlen;
                 float wk = w[k] * inv;
                 for (size_t i = 0; i < rowlen; i++)

@@ -164,7 +164,8 @@ static const key keys[] = {
 
     GROUP("augmentation (training only)"),
     K_INT(random_crop_padding, 0, 256, "0",
-          "RandomCrop(image_size, padding=N); 0: off"),
+          "RandomCrop(image_size, padding=N), after a resize to image_size "
+          "when the images differ; 0: off"),
     K_FLT(hflip, 0, 0, 1, 0, "0", "RandomHorizontalFlip probability"),
     K_BOOL(random_resized_crop, "false",
            "RandomResizedCrop(image_size, scale, ratio) instead of the "

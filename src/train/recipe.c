@@ -117,9 +117,16 @@ cl_status cl_recipe_transforms(const cl_config *cfg, int h, int w, int c,
         o.rrc_scale[1] = (float)(cfg->n_scale ? cfg->scale[1] : 1.0);
         o.rrc_ratio[0] = (float)(cfg->n_ratio ? cfg->ratio[0] : 0.75);
         o.rrc_ratio[1] = (float)(cfg->n_ratio ? cfg->ratio[1] : 4.0 / 3.0);
-    } else if (train && cfg->random_crop_padding > 0 && native) {
+    } else if (train && cfg->random_crop_padding > 0) {
+        /* torchvision's Resize(side) + RandomCrop(side, padding) when the
+         * images are not side x side: shorter side to side for folders,
+         * side x side for datasets of one size. */
         o.random_crop = 1;
         o.random_crop_pad = cfg->random_crop_padding;
+        if (!native && h == 0)
+            o.resize = side;
+        else if (!native)
+            o.resize_h = o.resize_w = side;
     } else if (!native) {
         if (h == 0 || cfg->random_resized_crop) {
             /* Folders of images: resize the shorter side, crop the centre
