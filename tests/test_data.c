@@ -375,66 +375,17 @@ CL_TEST(transforms_channel_repeat)
     cl_image_free(&img);
 }
 
-CL_TEST(transforms_random_crop_pad_and_flip)
-{
-    cl_image img = {0};
-    fill_image(&img, 12, 10, 1);
-    cl_transform_opts o =
-        cl_transform_opts_small_train(1, 12, 10, 3, 0.5f, NULL, NULL);
-    o.normalize = 0;
-    cl_transforms *tf = NULL;
-    REQUIRE_OK(cl_transforms_create(&tf, &o));
-    CHECK(cl_transforms_is_random(tf));
-    float out[120];
-    int shifted = 0, flipped = 0, mismatch = 0, ok_pad = 0;
-    for (int t = 0; t < 200; t++) {
-        cl_rng r;
-        cl_rng_init(&r, 5, (uint64_t)t);
-        REQUIRE_OK(cl_transforms_apply(tf, &img, &r, NULL, out));
-        /* Find the (dy, dx, flip) this output is. */
-        int found = 0;
-        for (int f = 0; f < 2 && !found; f++)
-            for (int dy = -3; dy <= 3 && !found; dy++)
-                for (int dx = -3; dx <= 3 && !found; dx++) {
-                    int good = 1;
-                    for (int y = 0; y < 12 && good; y++)
-                        for (int x = 0; x < 10 && good; x++) {
-                            int sx = (f ? 9 - x : x) + dx, sy = y + dy;
-                            float e = (sy < 0 || sy >= 12 || sx < 0 || sx >= 10)
-                                          ? 0
-                                          : img.data[sy * 10 + sx] / 255.0f;
-                            good = out[y * 10 + x] == e;
-                        }
-                    if (good) {
-                        found = 1;
-                        shifted += dy != 0 || dx != 0;
-                        flipped += f;
-                        ok_pad += dy == -3 || dy == 3;
-                    }
-                }
-        mismatch += !found;
-    }
-    CHECK(mismatch == 0);
-    CHECK(shifted > 150);
-    CHECK(flipped > 60 && flipped < 140);
-    CHECK(ok_pad > 0);
-    /* An RNG is required for a random pipeline. */
-    CHECK_ERR(cl_transforms_apply(tf, &img, NULL, NULL, out), CL_ERR_ARG,
-              "needs an RNG");
-    cl_transforms_destroy(tf);
-    cl_image_free(&img);
-}
-
-/* Resize then RandomCrop(padding), as torchvision composes them: every
- * output is the resized image (made by the same transforms without the
- * crop) shifted by at most the padding, zero where the crop leaves it,
- * and maybe mirrored; down and up, bilinear and bicubic, gray and RGB. */
-static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
-                             int interp)
+/* RandomCrop(padding) and flip, after a Resize to rh x rw when rh > 0
+ * (as torchvision composes them): every output is the resized image (made
+ * by the same transforms without the crop) shifted by at most the
+ * padding, zero where the crop leaves it, and maybe mirrored. */
+static void random_crops(int H, int W, int C, int rh, int rw, int pad,
+                         int interp)
 {
     cl_image img = {0};
     fill_image(&img, H, W, C);
-    cl_transform_opts e = cl_transform_opts_small_eval(C, rh, rw, NULL, NULL);
+    const int oh = rh ? rh : H, ow = rw ? rw : W;
+    cl_transform_opts e = cl_transform_opts_small_eval(C, oh, ow, NULL, NULL);
     e.normalize = 0;
     e.resize_h = rh;
     e.resize_w = rw;
@@ -446,7 +397,8 @@ static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
     cl_transforms *te = NULL, *tf = NULL;
     REQUIRE_OK(cl_transforms_create(&te, &e));
     REQUIRE_OK(cl_transforms_create(&tf, &o));
-    const size_t n = (size_t)C * rh * rw;
+    CHECK(cl_transforms_is_random(tf));
+    const size_t n = (size_t)C * oh * ow;
     float *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
     REQUIRE(ref && out);
     REQUIRE_OK(cl_transforms_apply(te, &img, NULL, NULL, ref));
@@ -461,15 +413,15 @@ static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
                 for (int dx = -pad; dx <= pad && !found; dx++) {
                     int good = 1;
                     for (int c = 0; c < C && good; c++)
-                        for (int y = 0; y < rh && good; y++)
-                            for (int x = 0; x < rw && good; x++) {
-                                int sx = (f ? rw - 1 - x : x) + dx, sy = y + dy;
+                        for (int y = 0; y < oh && good; y++)
+                            for (int x = 0; x < ow && good; x++) {
+                                int sx = (f ? ow - 1 - x : x) + dx, sy = y + dy;
                                 float want =
-                                    (sy < 0 || sy >= rh || sx < 0 || sx >= rw)
+                                    (sy < 0 || sy >= oh || sx < 0 || sx >= ow)
                                         ? 0.0f
-                                        : ref[((size_t)c * rh + sy) * rw + sx];
+                                        : ref[((size_t)c * oh + sy) * ow + sx];
                                 good =
-                                    fabsf(out[((size_t)c * rh + y) * rw + x] -
+                                    fabsf(out[((size_t)c * oh + y) * ow + x] -
                                           want) <= 1e-5f;
                             }
                     if (good) {
@@ -485,6 +437,9 @@ static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
     CHECK(shifted > 70);
     CHECK(flipped > 25 && flipped < 75);
     CHECK(padded > 0);
+    /* An RNG is required for a random pipeline. */
+    CHECK_ERR(cl_transforms_apply(tf, &img, NULL, NULL, out), CL_ERR_ARG,
+              "needs an RNG");
     free(ref);
     free(out);
     cl_transforms_destroy(te);
@@ -492,12 +447,19 @@ static void resize_then_crop(int H, int W, int C, int rh, int rw, int pad,
     cl_image_free(&img);
 }
 
+CL_TEST(transforms_random_crop_pad_and_flip)
+{
+    random_crops(12, 10, 1, 0, 0, 3, CL_INTERP_BILINEAR);
+    random_crops(9, 7, 3, 0, 0, 2, CL_INTERP_BILINEAR);
+}
+
 CL_TEST(transforms_resize_then_random_crop)
 {
-    resize_then_crop(12, 10, 1, 18, 16, 3, CL_INTERP_BILINEAR);
-    resize_then_crop(12, 10, 3, 18, 16, 2, CL_INTERP_BICUBIC);
-    resize_then_crop(20, 24, 1, 9, 11, 2, CL_INTERP_BILINEAR);
-    resize_then_crop(20, 24, 3, 9, 11, 4, CL_INTERP_BICUBIC);
+    /* Up and down, bilinear and bicubic, gray and RGB. */
+    random_crops(12, 10, 1, 18, 16, 3, CL_INTERP_BILINEAR);
+    random_crops(12, 10, 3, 18, 16, 2, CL_INTERP_BICUBIC);
+    random_crops(20, 24, 1, 9, 11, 2, CL_INTERP_BILINEAR);
+    random_crops(20, 24, 3, 9, 11, 4, CL_INTERP_BICUBIC);
     /* A crop that no padding can fit is refused with the sizes. */
     cl_image img = {0};
     fill_image(&img, 12, 10, 1);
@@ -510,8 +472,13 @@ CL_TEST(transforms_resize_then_random_crop)
     cl_rng r;
     cl_rng_init(&r, 1, 0);
     CHECK_ERR(cl_transforms_apply(tf, &img, &r, NULL, out), CL_ERR_SHAPE,
-              "RandomCrop 20x20 is larger than the image resized to 14x12 "
-              "and padded by 1");
+              "RandomCrop 20x20 is larger than the resized 14x12 image "
+              "padded by 1");
+    cl_transforms_destroy(tf);
+    o.resize = 0;
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    CHECK_ERR(cl_transforms_apply(tf, &img, &r, NULL, out), CL_ERR_SHAPE,
+              "RandomCrop 20x20 is larger than the 12x10 image padded by 1");
     cl_transforms_destroy(tf);
     cl_image_free(&img);
 }

@@ -356,15 +356,16 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
         w->exact = (int)w->cw == ow && (int)w->ch == oh;
         return CL_OK;
     }
-    if (o->resize > 0 || o->resize_h > 0) {
-        int rh, rw;
+    const int resized = o->resize > 0 || o->resize_h > 0;
+    if (resized || o->random_crop) {
+        int rh = H, rw = W;
         if (o->resize_h > 0) {
             rh = o->resize_h;
             rw = o->resize_w;
-        } else if (H <= W) {
+        } else if (o->resize > 0 && H <= W) {
             rh = o->resize;
             rw = (int)((long long)o->resize * W / H);
-        } else {
+        } else if (o->resize > 0) {
             rw = o->resize;
             rh = (int)((long long)o->resize * H / W);
         }
@@ -372,9 +373,9 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
             rh = 1;
         if (rw < 1)
             rw = 1;
-        /* Resize to rh x rw, then crop oh x ow: at the centre
-         * (torchvision's rounding), or at random in the resized image
-         * padded by random_crop_pad; expressed as a window in source
+        /* Resize to rh x rw (or not at all), then crop oh x ow: at random
+         * in the resized image padded by random_crop_pad, or at the centre
+         * (torchvision's rounding); expressed as a window in source
          * pixels.  A crop reaching past the resized image is zero there,
          * as torchvision pads it. */
         int top, left;
@@ -382,9 +383,9 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
             int p = o->random_crop_pad;
             if (rh + 2 * p < oh || rw + 2 * p < ow)
                 return cl_error(CL_ERR_SHAPE,
-                                "RandomCrop %dx%d is larger than the image "
-                                "resized to %dx%d and padded by %d",
-                                oh, ow, rh, rw, p);
+                                "RandomCrop %dx%d is larger than the %s%dx%d "
+                                "image padded by %d",
+                                oh, ow, resized ? "resized " : "", rh, rw, p);
             top = rand_int(r, 0, rh + 2 * p - oh) - p;
             left = rand_int(r, 0, rw + 2 * p - ow) - p;
         } else {
@@ -401,20 +402,6 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
         w->oy1 = rh - top < oh ? rh - top : oh;
         w->ox1 = rw - left < ow ? rw - left : ow;
         w->exact = rh == H && rw == W;
-        return CL_OK;
-    }
-    if (o->random_crop) {
-        int p = o->random_crop_pad;
-        if (H + 2 * p < oh || W + 2 * p < ow)
-            return cl_error(CL_ERR_SHAPE,
-                            "RandomCrop %dx%d is larger than the %dx%d "
-                            "image padded by %d",
-                            oh, ow, H, W, p);
-        w->y0 = rand_int(r, 0, H + 2 * p - oh) - p;
-        w->x0 = rand_int(r, 0, W + 2 * p - ow) - p;
-        w->ch = oh;
-        w->cw = ow;
-        w->exact = 1;
         return CL_OK;
     }
     if (H != oh || W != ow)
