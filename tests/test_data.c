@@ -483,6 +483,61 @@ CL_TEST(transforms_resize_then_random_crop)
     cl_image_free(&img);
 }
 
+/* The pipeline in torchvision's words, in the order its ops run, for the
+ * ImageNet pair, a small-image recipe resized first, and none; cut to the
+ * buffer like snprintf. */
+static void check_describe(const cl_transform_opts *o, const char *want)
+{
+    cl_transforms *tf = NULL;
+    char d[512];
+    REQUIRE_OK(cl_transforms_create(&tf, o));
+    cl_transforms_describe(tf, d, sizeof d);
+    if (strcmp(d, want) != 0)
+        cl_test_fail(__FILE__, __LINE__, "described as '%s', expected '%s'", d,
+                     want);
+    cl_transforms_destroy(tf);
+}
+
+CL_TEST(transforms_describe)
+{
+    cl_transform_opts o = cl_transform_opts_imagenet_train(224);
+    o.auto_augment = CL_AUTO_AUGMENT_RANDAUGMENT;
+    o.erase_prob = 0.25f;
+    check_describe(&o, "RandomResizedCrop(224x224, scale=(0.08, 1), "
+                       "ratio=(0.75, 1.33333), bilinear) -> "
+                       "RandomHorizontalFlip(0.5) -> RandAugment(num_ops=2, "
+                       "magnitude=9) -> Normalize((0.485, 0.456, 0.406), "
+                       "(0.229, 0.224, 0.225)) -> RandomErasing(0.25)");
+    o = cl_transform_opts_imagenet_eval(224);
+    o.interpolation = CL_INTERP_BICUBIC;
+    check_describe(&o, "Resize(256, bicubic) -> CenterCrop(224x224) -> "
+                       "Normalize((0.485, 0.456, 0.406), (0.229, 0.224, "
+                       "0.225))");
+    const float m = 0.25f, sd = 0.5f;
+    o = cl_transform_opts_small_train(1, 36, 36, 4, 0.5f, &m, &sd);
+    o.resize_h = o.resize_w = 36;
+    check_describe(&o, "Resize((36, 36), bilinear) -> RandomCrop(36x36, "
+                       "padding=4) -> RandomHorizontalFlip(0.5) -> "
+                       "Normalize(0.25, 0.5)");
+    o = cl_transform_opts_small_eval(1, 36, 36, &m, &sd);
+    o.resize_h = o.resize_w = 36;
+    o.normalize = 0;
+    check_describe(&o, "Resize((36, 36), bilinear)");
+    o.resize_h = o.resize_w = 0;
+    check_describe(&o, "no op");
+    o = cl_transform_opts_small_train(3, 32, 32, 4, 0.5f, NULL, NULL);
+    cl_transforms *tf = NULL;
+    REQUIRE_OK(cl_transforms_create(&tf, &o));
+    char d[20];
+    memset(d, 'x', sizeof d);
+    cl_transforms_describe(tf, d, 16);
+    CHECK(strcmp(d, "RandomCrop(32x3") == 0);
+    CHECK(d[16] == 'x');
+    cl_transforms_describe(tf, d, 1);
+    CHECK(d[0] == 0);
+    cl_transforms_destroy(tf);
+}
+
 CL_TEST(transforms_resize)
 {
     /* A constant image stays constant at any scale; a 2x box-downscale of

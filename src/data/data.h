@@ -211,6 +211,10 @@ int cl_transforms_is_random(const cl_transforms *tf);
 /* The JPEG decode hint (min_side) that loses no resolution for this
  * pipeline; 0 when the full image is needed. */
 int cl_transforms_decode_hint(const cl_transforms *tf);
+/* The pipeline in torchvision's words, its ops in the order they run
+ * ("Resize((36, 36), bilinear) -> RandomCrop(36x36, padding=4) -> ...";
+ * "no op" when it has none), cut to fit n bytes (n > 0). */
+void cl_transforms_describe(const cl_transforms *tf, char *buf, size_t n);
 /* Per-thread scratch memory of cl_transforms_apply, grown on demand (zero
  * it before first use; release with cl_transforms_scratch_free). */
 typedef struct cl_tf_scratch {

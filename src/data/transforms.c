@@ -2,6 +2,8 @@
  * auto augment, colour jitter, normalisation, random erasing, float CHW
  * output. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -239,6 +241,81 @@ int cl_transforms_decode_hint(const cl_transforms *tf)
     if (o->resize_h > 0)
         return o->resize_h < o->resize_w ? o->resize_h : o->resize_w;
     return 0;
+}
+
+/* Appends one op's words to buf (len bytes used of n), with the arrow
+ * between ops; output past n is cut, as snprintf cuts. */
+static void describe_op(char *buf, size_t n, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void describe_op(char *buf, size_t n, size_t *len, const char *fmt, ...)
+{
+    if (*len + 1 >= n)
+        return;
+    if (*len > 0) {
+        int k = snprintf(buf + *len, n - *len, " -> ");
+        *len += k > 0 ? (size_t)k : 0;
+        if (*len + 1 >= n) {
+            *len = n - 1;
+            return;
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, n - *len, fmt, ap);
+    va_end(ap);
+    *len += k > 0 ? (size_t)k : 0;
+    if (*len >= n)
+        *len = n - 1;
+}
+
+void cl_transforms_describe(const cl_transforms *tf, char *buf, size_t n)
+{
+    const cl_transform_opts *o = &tf->o;
+    const char *in =
+        o->interpolation == CL_INTERP_BICUBIC ? "bicubic" : "bilinear";
+    size_t len = 0;
+    buf[0] = 0;
+    if (o->random_resized_crop)
+        describe_op(buf, n, &len,
+                    "RandomResizedCrop(%dx%d, scale=(%g, %g), "
+                    "ratio=(%g, %g), %s)",
+                    o->out_h, o->out_w, (double)o->rrc_scale[0],
+                    (double)o->rrc_scale[1], (double)o->rrc_ratio[0],
+                    (double)o->rrc_ratio[1], in);
+    if (o->resize > 0)
+        describe_op(buf, n, &len, "Resize(%d, %s)", o->resize, in);
+    else if (o->resize_h > 0)
+        describe_op(buf, n, &len, "Resize((%d, %d), %s)", o->resize_h,
+                    o->resize_w, in);
+    if (o->random_crop)
+        describe_op(buf, n, &len, "RandomCrop(%dx%d, padding=%d)", o->out_h,
+                    o->out_w, o->random_crop_pad);
+    else if (o->resize > 0 || (o->resize_h > 0 && (o->resize_h != o->out_h ||
+                                                   o->resize_w != o->out_w)))
+        describe_op(buf, n, &len, "CenterCrop(%dx%d)", o->out_h, o->out_w);
+    if (o->hflip_prob > 0)
+        describe_op(buf, n, &len, "RandomHorizontalFlip(%g)",
+                    (double)o->hflip_prob);
+    if (o->auto_augment == CL_AUTO_AUGMENT_TA_WIDE)
+        describe_op(buf, n, &len, "TrivialAugmentWide()");
+    else if (o->auto_augment == CL_AUTO_AUGMENT_RANDAUGMENT)
+        describe_op(buf, n, &len, "RandAugment(num_ops=%d, magnitude=%d)",
+                    o->ra_num_ops, o->ra_magnitude);
+    if (o->brightness > 0 || o->contrast > 0 || o->saturation > 0)
+        describe_op(buf, n, &len, "ColorJitter(%g, %g, %g)",
+                    (double)o->brightness, (double)o->contrast,
+                    (double)o->saturation);
+    if (o->normalize && o->out_c == 1)
+        describe_op(buf, n, &len, "Normalize(%g, %g)", (double)o->mean[0],
+                    (double)o->std[0]);
+    else if (o->normalize)
+        describe_op(buf, n, &len, "Normalize((%g, %g, %g), (%g, %g, %g))",
+                    (double)o->mean[0], (double)o->mean[1], (double)o->mean[2],
+                    (double)o->std[0], (double)o->std[1], (double)o->std[2]);
+    if (o->erase_prob > 0)
+        describe_op(buf, n, &len, "RandomErasing(%g)", (double)o->erase_prob);
+    if (len == 0)
+        snprintf(buf, n, "no op");
 }
 
 void cl_transforms_scratch_free(cl_tf_scratch *s)

@@ -118,6 +118,18 @@ static cl_status make_dirs(const char *path)
 
 /* ---- set-up ---------------------------------------------------------- */
 
+/* What each image goes through, so that an augmentation the recipe
+ * turned on, or one it did not, is seen before the first step. */
+static void log_transforms(const run *r, const char *split, int h, int w,
+                           const cl_transforms *tf)
+{
+    char d[512], size[32] = "images of any size";
+    if (h > 0)
+        snprintf(size, sizeof size, "%dx%d images", h, w);
+    cl_transforms_describe(tf, d, sizeof d);
+    cl_log(r->lg, CL_LOG_INFO, "%s transforms (%s): %s", split, size, d);
+}
+
 static cl_status open_data(run *r)
 {
     const cl_config *c = r->cfg;
@@ -131,6 +143,7 @@ static cl_status open_data(run *r)
     cl_dataset_image_dims(r->train_ds, &h, &w, &dc);
     CL_TRY(cl_recipe_transforms(c, h, w, r->in_c, r->side, 1, &to));
     CL_TRY(cl_transforms_create(&r->train_tf, &to));
+    log_transforms(r, "training", h, w, r->train_tf);
     int k = c->num_classes > 0 ? c->num_classes
                                : cl_dataset_num_classes(r->train_ds);
     cl_loader_opts lo;
@@ -171,6 +184,7 @@ static cl_status open_data(run *r)
     cl_dataset_image_dims(r->val_ds, &h, &w, &dc);
     CL_TRY(cl_recipe_transforms(c, h, w, r->in_c, r->side, 0, &to));
     CL_TRY(cl_transforms_create(&r->val_tf, &to));
+    log_transforms(r, "validation", h, w, r->val_tf);
     lo.dataset = r->val_ds;
     lo.tf = r->val_tf;
     lo.shuffle = 0;
