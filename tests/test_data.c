@@ -375,22 +375,24 @@ CL_TEST(transforms_channel_repeat)
     cl_image_free(&img);
 }
 
-/* RandomCrop(padding) and flip, after a Resize to rh x rw when rh > 0
- * (as torchvision composes them): every output is the resized image (made
- * by the same transforms without the crop) shifted by at most the
- * padding, zero where the crop leaves it, and maybe mirrored. */
-static void random_crops(int H, int W, int C, int rh, int rw, int pad,
-                         int interp)
+/* RandomCrop(ch x cw, padding) and flip, after a Resize to rh x rw when
+ * rh > 0 (as torchvision composes them): every output is the resized
+ * image (made by the same transforms without the crop) at an offset within
+ * the padded image, zero where the crop leaves it, and maybe mirrored. */
+static void random_crops(int H, int W, int C, int rh, int rw, int ch, int cw,
+                         int pad, int interp)
 {
     cl_image img = {0};
     fill_image(&img, H, W, C);
-    const int oh = rh ? rh : H, ow = rw ? rw : W;
-    cl_transform_opts e = cl_transform_opts_small_eval(C, oh, ow, NULL, NULL);
+    const int RH = rh ? rh : H, RW = rw ? rw : W;
+    cl_transform_opts e = cl_transform_opts_small_eval(C, RH, RW, NULL, NULL);
     e.normalize = 0;
     e.resize_h = rh;
     e.resize_w = rw;
     e.interpolation = interp;
     cl_transform_opts o = e;
+    o.out_h = ch;
+    o.out_w = cw;
     o.random_crop = 1;
     o.random_crop_pad = pad;
     o.hflip_prob = 0.5f;
@@ -398,45 +400,44 @@ static void random_crops(int H, int W, int C, int rh, int rw, int pad,
     REQUIRE_OK(cl_transforms_create(&te, &e));
     REQUIRE_OK(cl_transforms_create(&tf, &o));
     CHECK(cl_transforms_is_random(tf));
-    const size_t n = (size_t)C * oh * ow;
-    float *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
+    float *ref = malloc((size_t)C * RH * RW * sizeof *ref),
+          *out = malloc((size_t)C * ch * cw * sizeof *out);
     REQUIRE(ref && out);
     REQUIRE_OK(cl_transforms_apply(te, &img, NULL, NULL, ref));
-    int mismatch = 0, shifted = 0, flipped = 0, padded = 0;
+    const int ylast = RH + pad - ch, xlast = RW + pad - cw;
+    int mismatch = 0, flipped = 0, edge = 0;
     for (int t = 0; t < 100; t++) {
         cl_rng r;
         cl_rng_init(&r, 9, (uint64_t)t);
         REQUIRE_OK(cl_transforms_apply(tf, &img, &r, NULL, out));
         int found = 0;
         for (int f = 0; f < 2 && !found; f++)
-            for (int dy = -pad; dy <= pad && !found; dy++)
-                for (int dx = -pad; dx <= pad && !found; dx++) {
+            for (int dy = -pad; dy <= ylast && !found; dy++)
+                for (int dx = -pad; dx <= xlast && !found; dx++) {
                     int good = 1;
                     for (int c = 0; c < C && good; c++)
-                        for (int y = 0; y < oh && good; y++)
-                            for (int x = 0; x < ow && good; x++) {
-                                int sx = (f ? ow - 1 - x : x) + dx, sy = y + dy;
+                        for (int y = 0; y < ch && good; y++)
+                            for (int x = 0; x < cw && good; x++) {
+                                int sx = (f ? cw - 1 - x : x) + dx, sy = y + dy;
                                 float want =
-                                    (sy < 0 || sy >= oh || sx < 0 || sx >= ow)
+                                    (sy < 0 || sy >= RH || sx < 0 || sx >= RW)
                                         ? 0.0f
-                                        : ref[((size_t)c * oh + sy) * ow + sx];
+                                        : ref[((size_t)c * RH + sy) * RW + sx];
                                 good =
-                                    fabsf(out[((size_t)c * oh + y) * ow + x] -
+                                    fabsf(out[((size_t)c * ch + y) * cw + x] -
                                           want) <= 1e-5f;
                             }
                     if (good) {
                         found = 1;
-                        shifted += dy != 0 || dx != 0;
                         flipped += f;
-                        padded += dy == -pad || dy == pad;
+                        edge += dy == -pad || dy == ylast;
                     }
                 }
         mismatch += !found;
     }
     CHECK(mismatch == 0);
-    CHECK(shifted > 70);
     CHECK(flipped > 25 && flipped < 75);
-    CHECK(padded > 0);
+    CHECK(edge > 0);
     /* An RNG is required for a random pipeline. */
     CHECK_ERR(cl_transforms_apply(tf, &img, NULL, NULL, out), CL_ERR_ARG,
               "needs an RNG");
@@ -449,17 +450,22 @@ static void random_crops(int H, int W, int C, int rh, int rw, int pad,
 
 CL_TEST(transforms_random_crop_pad_and_flip)
 {
-    random_crops(12, 10, 1, 0, 0, 3, CL_INTERP_BILINEAR);
-    random_crops(9, 7, 3, 0, 0, 2, CL_INTERP_BILINEAR);
+    random_crops(12, 10, 1, 0, 0, 12, 10, 3, CL_INTERP_BILINEAR);
+    random_crops(9, 7, 3, 0, 0, 9, 7, 2, CL_INTERP_BILINEAR);
+    random_crops(12, 10, 1, 0, 0, 8, 6, 1, CL_INTERP_BILINEAR);
 }
 
 CL_TEST(transforms_resize_then_random_crop)
 {
-    /* Up and down, bilinear and bicubic, gray and RGB. */
-    random_crops(12, 10, 1, 18, 16, 3, CL_INTERP_BILINEAR);
-    random_crops(12, 10, 3, 18, 16, 2, CL_INTERP_BICUBIC);
-    random_crops(20, 24, 1, 9, 11, 2, CL_INTERP_BILINEAR);
-    random_crops(20, 24, 3, 9, 11, 4, CL_INTERP_BICUBIC);
+    /* Up and down, bilinear and bicubic, gray and RGB; crops of the
+     * resized size, smaller (offsets past the padding) and larger (padding
+     * on both sides at once). */
+    random_crops(12, 10, 1, 18, 16, 18, 16, 3, CL_INTERP_BILINEAR);
+    random_crops(12, 10, 3, 18, 16, 18, 16, 2, CL_INTERP_BICUBIC);
+    random_crops(20, 24, 1, 9, 11, 9, 11, 2, CL_INTERP_BILINEAR);
+    random_crops(20, 24, 3, 9, 11, 9, 11, 4, CL_INTERP_BICUBIC);
+    random_crops(12, 10, 1, 18, 16, 14, 12, 2, CL_INTERP_BILINEAR);
+    random_crops(20, 24, 3, 9, 11, 12, 13, 2, CL_INTERP_BICUBIC);
     /* A crop that no padding can fit is refused with the sizes. */
     cl_image img = {0};
     fill_image(&img, 12, 10, 1);
@@ -535,7 +541,57 @@ CL_TEST(transforms_describe)
     CHECK(d[16] == 'x');
     cl_transforms_describe(tf, d, 1);
     CHECK(d[0] == 0);
+    /* Cut inside the arrow between two ops, and an exact fit. */
+    const char *full = "RandomCrop(32x32, padding=4) -> "
+                       "RandomHorizontalFlip(0.5) -> Normalize((0.5, 0.5, "
+                       "0.5), (0.5, 0.5, 0.5))";
+    char e[128];
+    cl_transforms_describe(tf, e, 31);
+    CHECK(strcmp(e, "RandomCrop(32x32, padding=4) -") == 0);
+    cl_transforms_describe(tf, e, strlen(full) + 1);
+    CHECK(strcmp(e, full) == 0);
+    cl_transforms_describe(tf, e, strlen(full));
+    CHECK(strlen(e) == strlen(full) - 1 && strncmp(e, full, strlen(e)) == 0);
     cl_transforms_destroy(tf);
+}
+
+/* A centre crop larger than the (resized) image pads it as torchvision's
+ * center_crop: by the smaller half of the difference before, the larger
+ * after; on the exact-copy path and on the resampling one. */
+CL_TEST(transforms_center_crop_pads_like_torchvision)
+{
+    cl_image img = {0};
+    fill_image(&img, 6, 6, 1);
+    for (int resample = 0; resample < 2; resample++) {
+        const int rs = resample ? 5 : 6, out = resample ? 8 : 9;
+        cl_transform_opts e =
+            cl_transform_opts_small_eval(1, rs, rs, NULL, NULL);
+        e.normalize = 0;
+        e.resize_h = e.resize_w = rs;
+        cl_transform_opts o = e;
+        o.out_h = o.out_w = out;
+        o.center_crop = 1;
+        float ref[36], got[81];
+        cl_transforms *tf = NULL;
+        REQUIRE_OK(cl_transforms_create(&tf, &e));
+        REQUIRE_OK(cl_transforms_apply(tf, &img, NULL, NULL, ref));
+        cl_transforms_destroy(tf);
+        REQUIRE_OK(cl_transforms_create(&tf, &o));
+        REQUIRE_OK(cl_transforms_apply(tf, &img, NULL, NULL, got));
+        cl_transforms_destroy(tf);
+        const int lo = (out - rs) / 2; /* 1 either way */
+        int bad = 0;
+        for (int y = 0; y < out; y++)
+            for (int x = 0; x < out; x++) {
+                const int sy = y - lo, sx = x - lo;
+                const float want = sy < 0 || sy >= rs || sx < 0 || sx >= rs
+                                       ? 0.0f
+                                       : ref[sy * rs + sx];
+                bad += fabsf(got[y * out + x] - want) > 1e-5f;
+            }
+        CHECK(bad == 0);
+    }
+    cl_image_free(&img);
 }
 
 CL_TEST(transforms_resize)
@@ -642,6 +698,16 @@ CL_TEST(transforms_bad_options)
     o = cl_transform_opts_imagenet_train(224);
     o.random_crop = 1;
     CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG, "drop random_crop");
+    o = cl_transform_opts_imagenet_eval(224);
+    o.resize_h = o.resize_w = 256;
+    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG,
+              "resize 256 and resize_h/resize_w 256/256: give the shorter "
+              "side or both sides, not both");
+    o = cl_transform_opts_imagenet_train(224);
+    o.random_crop = 1;
+    o.resize = 256;
+    CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG,
+              "drop random_crop and the resize");
     o = cl_transform_opts_imagenet_eval(224);
     o.random_crop = 1;
     CHECK_ERR(cl_transforms_create(&tf, &o), CL_ERR_CONFIG,

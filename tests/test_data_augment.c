@@ -384,9 +384,27 @@ CL_TEST(recipe_random_crop_after_resize)
     CHECK(o.random_crop && o.resize == 0 && o.resize_h == 0);
     REQUIRE_OK(cl_recipe_transforms(&c, 28, 28, 1, 36, 0, &o));
     CHECK(!o.random_crop && o.resize_h == 36 && o.resize_w == 36);
+    /* A 28x28 image comes out 36x36, its padding zero before the
+     * normalisation: somewhere -mean/std over a few crops. */
     cl_transforms *tf = NULL;
     REQUIRE_OK(cl_recipe_transforms(&c, 28, 28, 1, 36, 1, &o));
+    o.hflip_prob = 0;
     REQUIRE_OK(cl_transforms_create(&tf, &o));
+    cl_image img = {0};
+    REQUIRE_OK(cl_image_reserve(&img, 28, 28, 1));
+    memset(img.data, 200, 28 * 28);
+    float out[36 * 36];
+    const float zero = o.normalize ? -o.mean[0] / o.std[0] : 0.0f;
+    int padded = 0;
+    for (int t = 0; t < 8; t++) {
+        cl_rng r;
+        cl_rng_init(&r, 3, (uint64_t)t);
+        REQUIRE_OK(cl_transforms_apply(tf, &img, &r, NULL, out));
+        for (int i = 0; i < 36 * 36; i++)
+            padded += fabsf(out[i] - zero) < 1e-5f;
+    }
+    CHECK(padded > 0);
+    cl_image_free(&img);
     cl_transforms_destroy(tf);
 }
 

@@ -299,7 +299,6 @@ static int run_preview(const data_args *a, cl_dataset *ds)
                                               NULL);
         }
         if (sh != h || sw != w) {
-            o.random_crop = 0;
             o.resize_h = sh;
             o.resize_w = sw;
         }

@@ -109,7 +109,14 @@ cl_status cl_transforms_create(cl_transforms **out,
         return cl_error(CL_ERR_CONFIG,
                         "transforms: random_resized_crop resizes and crops "
                         "by itself: drop %s",
-                        o.random_crop ? "random_crop" : "the resize");
+                        o.random_crop && resize ? "random_crop and the resize"
+                        : o.random_crop         ? "random_crop"
+                                                : "the resize");
+    if (o.resize > 0 && (o.resize_h > 0 || o.resize_w > 0))
+        return cl_error(CL_ERR_CONFIG,
+                        "transforms: resize %d and resize_h/resize_w %d/%d: "
+                        "give the shorter side or both sides, not both",
+                        o.resize, o.resize_h, o.resize_w);
     if (o.random_crop && o.center_crop)
         return cl_error(CL_ERR_CONFIG, "transforms: choose one of "
                                        "random_crop and center_crop");
@@ -246,7 +253,7 @@ int cl_transforms_decode_hint(const cl_transforms *tf)
 /* Appends one op's words to buf (len bytes used of n), with the arrow
  * between ops; output past n is cut, as snprintf cuts. */
 static void describe_op(char *buf, size_t n, size_t *len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+    CL_PRINTF(4, 5);
 static void describe_op(char *buf, size_t n, size_t *len, const char *fmt, ...)
 {
     if (*len + 1 >= n)
@@ -466,8 +473,10 @@ static cl_status choose_window(const cl_transform_opts *o, int H, int W,
             top = rand_int(r, 0, rh + 2 * p - oh) - p;
             left = rand_int(r, 0, rw + 2 * p - ow) - p;
         } else {
-            top = (int)py_round((rh - oh) / 2.0);
-            left = (int)py_round((rw - ow) / 2.0);
+            /* A crop larger than the image pads it by half the difference
+             * (the smaller half) first, as torchvision's center_crop. */
+            top = rh < oh ? -((oh - rh) / 2) : (int)py_round((rh - oh) / 2.0);
+            left = rw < ow ? -((ow - rw) / 2) : (int)py_round((rw - ow) / 2.0);
         }
         double sy = (double)H / rh, sx = (double)W / rw;
         w->y0 = top * sy;
