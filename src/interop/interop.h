@@ -28,10 +28,12 @@ typedef struct cl_onnx_opts {
  * a linear over rank 3 and up), LayerNormalization (axis -1), GELU as
  * Div, Erf, Add, Mul, Mul, Softmax (axis -1) after the Adds of its bias
  * and mask; MatMul (Transpose, Mul by alpha), Reshape + Gather + Reshape
- * (row_gather, for the graph's batch only: o->batch must equal g->batch),
- * Identity (droppath), ReduceMean (token_meanpool).  The file is written
- * atomically.  CL_ERR_UNSUPPORTED names a node the format mapping lacks
- * (a BN not after a conv, a row_gather at another batch). */
+ * (row_gather: over the images by one image's index when the index moves
+ * rows within each image alike, as Swin's do, so any batch; else by the
+ * whole index, for the graph's batch only), Identity (droppath),
+ * ReduceMean (token_meanpool).  The file is written atomically.
+ * CL_ERR_UNSUPPORTED names a node the format mapping lacks (a BN not after
+ * a conv, a row_gather mixing images at another batch than g->batch). */
 cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
                                  const cl_onnx_opts *o);
 

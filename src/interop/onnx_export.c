@@ -1,6 +1,7 @@
-/* ONNX export of an inference graph (ResNet's ops; Swin's layernorm, gelu
- * and softmax), written as protobuf by hand (field numbers of
- * onnx/onnx.proto3), opset 17 for LayerNormalization. */
+/* ONNX export of an inference graph (ResNet's ops; Swin's layernorm, gelu,
+ * softmax and gathers, at a fixed or a symbolic batch), written as
+ * protobuf by hand (field numbers of onnx/onnx.proto3), opset 17 for
+ * LayerNormalization. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,6 +195,10 @@ static int bn_after(const cl_graph *g, int conv)
     return -1;
 }
 
+/* What of a buffer is written already: the whole of it under its own
+ * name, or one image's part of a gather index under "<name>.image". */
+enum { INIT_WHOLE = 1, INIT_IMAGE = 2 };
+
 /* One node's emitter reads the node and its ONNX tensor names. */
 typedef struct emit_ctx {
     const cl_graph *g;
@@ -201,8 +206,9 @@ typedef struct emit_ctx {
     int i;
     const cl_node *n;
     cl_pb_writer *graph;
-    char *folded; /* per node: written already as part of another */
-    char *inited; /* per tensor: written already as an initializer */
+    char *folded;        /* per node: written already as part of another */
+    char *inited;        /* per tensor: INIT_* written already */
+    const char *batched; /* per tensor: its size follows the batch */
     char in0[32], in1[32], out[32];
 } emit_ctx;
 
@@ -335,9 +341,9 @@ static void state_initializer(const emit_ctx *e, int t)
 {
     const cl_graph *g = e->g;
     const cl_gtensor *x = &g->tensors[t];
-    if (e->inited[t])
+    if (e->inited[t] & INIT_WHOLE)
         return;
-    e->inited[t] = 1;
+    e->inited[t] |= INIT_WHOLE;
     const size_t n = (size_t)cl_shape_numel(&x->shape);
     if (x->kind == CL_GT_BUFFER && x->dtype == CL_I64)
         initializer_i64(e->graph, x->name, x->shape.d, x->shape.ndim,
@@ -446,21 +452,78 @@ static cl_status emit_matmul(emit_ctx *e)
     return CL_OK;
 }
 
-/* Reshape(-1, cols) -> Gather(axis 0, the index buffer as an int64
- * initializer, once for all the gathers sharing it) -> Reshape(out
- * shape).  The index is made for the graph's batch, so the model is
- * written for that batch only. */
-static cl_status emit_row_gather(emit_ctx *e)
+/* Whether row_gather n moves rows within each image alone, the same way
+ * in every image: x holds B images of *m rows each (batch-major), y B of
+ * *r, y's first dimension is a multiple of B, and row b r + i of y is row
+ * b m + index[i] of x with index[i] < m.  Swin's window partitions, head
+ * splits and patch merging are of this kind (their buffers are derived
+ * per image and repeated over the batch).  At batch 1 the graph holds one
+ * image and cannot show otherwise, so its index is taken as one image's. */
+static int gather_per_image(const cl_graph *g, const cl_node *n, int64_t *m,
+                            int64_t *r)
+{
+    const cl_row_gather_attr *a = &n->attr.row_gather;
+    const int64_t B = g->batch;
+    const int64_t M = cl_shape_numel(&g->tensors[n->in[0]].shape) / a->cols;
+    const int64_t R = cl_shape_numel(&a->out) / a->cols;
+    if (B < 1 || M % B || R % B || a->out.d[0] % B)
+        return 0;
+    *m = M / B;
+    *r = R / B;
+    const int64_t *ix = cl_graph_buffer_i64(g, n->buf[0]);
+    for (int64_t i = 0; i < *r; i++)
+        if (ix[i] < 0 || ix[i] >= *m)
+            return 0;
+    for (int64_t b = 1; b < B; b++)
+        for (int64_t i = 0; i < *r; i++)
+            if (ix[b * *r + i] != b * *m + ix[i])
+                return 0;
+    return 1;
+}
+
+/* A gather within each image, for any batch: Reshape(-1, m, cols) ->
+ * Gather(axis 1, one image's index: the first r entries of the buffer, an
+ * int64 initializer "<buffer>.image" written once for all the gathers
+ * sharing it) -> Reshape to y's shape with its first dimension -1.  The
+ * model then holds no size of the batch. */
+static cl_status row_gather_images(emit_ctx *e, int64_t m, int64_t r)
 {
     const cl_graph *g = e->g;
     const cl_node *n = e->n;
     const cl_row_gather_attr *a = &n->attr.row_gather;
-    if (e->o->batch != g->batch)
-        return cl_error(CL_ERR_UNSUPPORTED,
-                        "onnx export: node %s (row_gather) has an index "
-                        "made for the graph's batch of %d; export with a "
-                        "fixed batch of %d",
-                        n->name, g->batch, g->batch);
+    const int it = n->buf[0];
+    char imgs[48], picked[48], iname[96];
+    const int64_t split[3] = {-1, m, a->cols};
+    snprintf(imgs, sizeof imgs, "%s_images", e->out);
+    snprintf(picked, sizeof picked, "%s_picked", e->out);
+    snprintf(iname, sizeof iname, "%s.image", g->tensors[it].name);
+    reshape(e, "images", e->in0, split, 3, imgs);
+    if (!(e->inited[it] & INIT_IMAGE)) {
+        e->inited[it] |= INIT_IMAGE;
+        initializer_i64(e->graph, iname, &r, 1, cl_graph_buffer_i64(g, it),
+                        (size_t)r);
+    }
+    const char *ins[2] = {imgs, iname};
+    cl_pb_writer node;
+    node_begin(&node, "Gather", n->name, ins, 2, picked);
+    attr_int(&node, "axis", 1);
+    node_end(e->graph, &node);
+    int64_t od[CL_MAX_DIMS];
+    memcpy(od, a->out.d, sizeof(int64_t) * (size_t)a->out.ndim);
+    od[0] = -1;
+    reshape(e, "out", picked, od, a->out.ndim, e->out);
+    return CL_OK;
+}
+
+/* A gather by the whole index buffer: Reshape(-1, cols) -> Gather(axis 0,
+ * the buffer as an int64 initializer by its name, once for all the gathers
+ * sharing it) -> Reshape(y's shape).  Right for the graph's batch only
+ * when x depends on the batch. */
+static cl_status row_gather_whole(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    const cl_row_gather_attr *a = &n->attr.row_gather;
     char rows[48], picked[48];
     const int64_t flat[2] = {-1, a->cols};
     snprintf(rows, sizeof rows, "%s_rows", e->out);
@@ -474,6 +537,28 @@ static cl_status emit_row_gather(emit_ctx *e)
     node_end(e->graph, &node);
     reshape(e, "out", picked, a->out.d, a->out.ndim, e->out);
     return CL_OK;
+}
+
+/* A gather over a tensor that does not depend on the batch (Swin's
+ * relative position bias) is written whole; one over the images, per
+ * image when its index allows (any batch, symbolic included), else whole
+ * at the graph's batch only. */
+static cl_status emit_row_gather(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const cl_node *n = e->n;
+    int64_t m = 0, r = 0;
+    if (!e->batched[n->in[0]])
+        return row_gather_whole(e);
+    if (gather_per_image(g, n, &m, &r))
+        return row_gather_images(e, m, r);
+    if (e->o->batch == g->batch)
+        return row_gather_whole(e);
+    return cl_error(CL_ERR_UNSUPPORTED,
+                    "onnx export: node %s (row_gather) has an index that "
+                    "moves rows between the images of the graph's batch of "
+                    "%d; export with a fixed batch of %d",
+                    n->name, g->batch, g->batch);
 }
 
 /* Rows of a learnable table by an index buffer (Swin's relative position
@@ -657,11 +742,20 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
 {
     char *folded = cl_alloc_zero((size_t)g->n_nodes, "onnx export");
     char *inited = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
-    if (!folded || !inited) {
+    char *batched = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
+    if (!folded || !inited || !batched) {
         cl_free(folded);
         cl_free(inited);
+        cl_free(batched);
         return CL_ERR_NOMEM;
     }
+    /* A tensor depends on the batch when the input reaches it (the nodes
+     * are in topological order); the rest (a table's gathered rows, the
+     * masks) is the same for any batch. */
+    batched[g->input] = 1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            batched[g->nodes[i].out] |= batched[g->nodes[i].in[k]];
     cl_status s = CL_OK;
     cl_pb_put_string(graph, GRAPH_NAME, "classic_resnet");
     for (int i = 0; i < g->n_nodes && s == CL_OK; i++) {
@@ -681,13 +775,15 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                       .n = n,
                       .graph = graph,
                       .folded = folded,
-                      .inited = inited};
+                      .inited = inited,
+                      .batched = batched};
         tensor_name(g, n->in[0], e.in0, sizeof e.in0);
         tensor_name(g, n->out, e.out, sizeof e.out);
         s = op_emit[n->op](&e);
     }
     cl_free(folded);
     cl_free(inited);
+    cl_free(batched);
     if (s != CL_OK)
         return s;
     const cl_shape *xs = &g->tensors[g->input].shape;
