@@ -66,6 +66,30 @@ typedef struct cl_prediction {
  * classify and embed calls refuse).  Thread-safe. */
 CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
                                     const char *arch, const char *backend);
+/* How cl_classifier_open opens a model.  Zero it and set size to
+ * sizeof(cl_classifier_opts) before the fields wanted: the library reads
+ * the first `size` bytes only, so a program built against this header keeps
+ * working when a later version adds fields at the end. */
+typedef struct cl_classifier_opts {
+    size_t size;
+    const char *arch;      /* as cl_classifier_load; NULL: from the file */
+    const char *backend;   /* as cl_classifier_load; NULL: "onednn" */
+    const char *precision; /* "f32" (NULL) or "bf16": bf16 weights and
+                              activations, about twice as fast on CPUs with
+                              avx512_bf16 or AMX and refused elsewhere with
+                              one sentence; docs/deploy.md */
+    int raw_weights;       /* non-zero: a checkpoint's raw weights instead of
+                              the EMA it may hold (load_ema false) */
+} cl_classifier_opts;
+
+/* cl_classifier_load with options (opts NULL: the defaults above).  The
+ * precision is fixed for the handle's life: open a second handle to run
+ * another.  Thread-safe. */
+CL_API cl_status cl_classifier_open(cl_classifier **out, const char *path,
+                                    const cl_classifier_opts *opts);
+/* The precision the classifier runs at ("f32", "bf16"), NULL for NULL.
+ * Thread-safe. */
+CL_API const char *cl_classifier_precision(const cl_classifier *c);
 /* Builds the ResNet a recipe describes instead of opening a file: the YAML
  * text config_text (may be NULL) then n_overrides "key=value" strings over
  * classic's defaults (model, stem, in_channels, num_classes -- 1000 when
@@ -173,9 +197,12 @@ typedef struct cl_eval_opts {
     const char *const *overrides; /* "key=value" onto the checkpoint's recipe
                                      (data_dir, dataset, limit_val, ...) */
     int n_overrides;
-    int keep_features; /* non-zero: keep every sample's pooled features */
-    int distributed;   /* non-zero and under mpirun: each process reads its
-                          shard and every process gets the sums */
+    int keep_features;     /* non-zero: keep every sample's pooled features */
+    int distributed;       /* non-zero and under mpirun: each process reads its
+                              shard and every process gets the sums */
+    const char *precision; /* "f32" (NULL) or "bf16", as cl_classifier_opts;
+                              the recipe's amp_level (how it trained) is
+                              refused as an override */
 } cl_eval_opts;
 
 typedef struct cl_eval_summary {

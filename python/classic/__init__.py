@@ -70,7 +70,14 @@ class _EvalOpts(ctypes.Structure):
                 ("batch", ctypes.c_int), ("split", ctypes.c_char_p),
                 ("overrides", ctypes.POINTER(ctypes.c_char_p)),
                 ("n_overrides", ctypes.c_int), ("keep_features", ctypes.c_int),
-                ("distributed", ctypes.c_int)]
+                ("distributed", ctypes.c_int),
+                ("precision", ctypes.c_char_p)]
+
+
+class _ClassifierOpts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("arch", ctypes.c_char_p),
+                ("backend", ctypes.c_char_p), ("precision", ctypes.c_char_p),
+                ("raw_weights", ctypes.c_int)]
 
 
 class _EvalSummary(ctypes.Structure):
@@ -134,9 +141,10 @@ def _fn(name, restype, *argtypes):
 _last_error = _fn("cl_last_error", ctypes.c_char_p)
 _status_name = _fn("cl_status_name", ctypes.c_char_p, ctypes.c_int)
 _version = _fn("cl_version", ctypes.c_char_p)
-_load_fn = _fn("cl_classifier_load", ctypes.c_int,
+_open_fn = _fn("cl_classifier_open", ctypes.c_int,
                ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-               ctypes.c_char_p, ctypes.c_char_p)
+               ctypes.POINTER(_ClassifierOpts))
+_precision = _fn("cl_classifier_precision", ctypes.c_char_p, ctypes.c_void_p)
 _free = _fn("cl_classifier_free", None, ctypes.c_void_p)
 _num_classes = _fn("cl_classifier_num_classes", ctypes.c_int, ctypes.c_void_p)
 _class_name = _fn("cl_classifier_class_name", ctypes.c_char_p,
@@ -222,13 +230,20 @@ def _pixels(a):
 
 
 class Model:
-    """A checkpoint opened for inference (any format classic reads)."""
+    """A checkpoint opened for inference (any format classic reads).
 
-    def __init__(self, path, arch=None, backend=None):
+    precision is "f32" (None) or "bf16", fixed for the model's life and
+    refused with one sentence where the CPU lacks bf16 dot products
+    (docs/deploy.md); .precision says which runs.
+    """
+
+    def __init__(self, path, arch=None, backend=None, precision=None):
         h = ctypes.c_void_p()
-        _check(_load_fn(ctypes.byref(h), _enc(path), _enc(arch),
-                        _enc(backend)))
+        o = _ClassifierOpts(ctypes.sizeof(_ClassifierOpts), _enc(arch),
+                            _enc(backend), _enc(precision), 0)
+        _check(_open_fn(ctypes.byref(h), _enc(path), ctypes.byref(o)))
         self._h = h
+        self.precision = _precision(h).decode()
         self.num_classes = _num_classes(h)
         self.embed_dim = _embed_dim(h)
         self.classes = [_class_name(h, k).decode()
@@ -404,7 +419,7 @@ def train(config=None, on_progress=None, **overrides):
 
 
 def evaluate(path, split=None, batch=100, arch=None, backend=None,
-             features=False, gallery=None, **overrides):
+             features=False, gallery=None, precision=None, **overrides):
     """Evaluates a checkpoint on a dataset split as `classic eval` does.
 
     split names the split ("test", "val"; None: the recipe's val_split);
@@ -413,13 +428,14 @@ def evaluate(path, split=None, batch=100, arch=None, backend=None,
     (names) and confusion ((K, K) int64, row = true class).  features=True
     adds "features" ((N, D) float32, the split's order) and "labels" (N);
     gallery="g.safetensors" also saves them as `classic retrieve`'s gallery.
+    precision is "f32" (None) or "bf16", as Model's.
     """
     kv = [("%s=%s" % (k, _yaml_value(v))).encode()
           for k, v in overrides.items()]
     arr = (ctypes.c_char_p * max(len(kv), 1))(*kv)
     keep = bool(features or gallery)
     o = _EvalOpts(_enc(arch), _enc(backend), batch, _enc(split), arr,
-                  len(kv), 1 if keep else 0, 0)
+                  len(kv), 1 if keep else 0, 0, _enc(precision))
     h = ctypes.c_void_p()
     _check(_eval_run(ctypes.byref(h), _enc(path), ctypes.byref(o)))
     try:

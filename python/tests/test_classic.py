@@ -241,3 +241,54 @@ if __name__ == "__main__":
                 print("FAIL %s: %r" % (name, e))
     print("%d failed" % failed)
     sys.exit(1 if failed else 0)
+
+
+def _bf16_native():
+    """Whether oneDNN runs bf16 dot products here: `classic check`'s cpu
+    isa when the binary is known (it honours ONEDNN_MAX_CPU_ISA), else the
+    CPU's flags."""
+    exe = os.environ.get("CLASSIC_BIN")
+    if exe:
+        out = subprocess.run([exe, "check"], check=True, capture_output=True,
+                             text=True).stdout
+        isa = [ln.split()[-1] for ln in out.splitlines()
+               if ln.startswith("cpu isa")][0]
+        return "bf16" in isa or "amx" in isa
+    with open("/proc/cpuinfo") as f:
+        flags = f.read()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def test_precision():
+    ck = _trained()["last_checkpoint"]
+    img = _picture(9)
+    with classic.Model(ck) as m:
+        assert m.precision == "f32"
+        p32, e32 = m.probabilities(img), m.embed(img)
+    if _bf16_native():
+        with classic.Model(ck, precision="bf16") as m:
+            assert m.precision == "bf16"
+            pb, eb = m.probabilities(img), m.embed(img)
+        rel = np.linalg.norm(eb - e32) / np.linalg.norm(e32)
+        assert 1e-5 < rel < 0.08, rel
+        assert np.abs(pb - p32).max() < 0.05
+        r = classic.evaluate(ck, batch=3, precision="bf16")
+        assert r["samples"] == 4
+    else:
+        for call in (lambda: classic.Model(ck, precision="bf16"),
+                     lambda: classic.evaluate(ck, precision="bf16")):
+            try:
+                call()
+            except classic.ClassicError as e:
+                assert "avx512_bf16" in str(e), str(e)
+            else:
+                raise AssertionError("bf16 ran without bf16 dot products")
+    for call in (lambda: classic.Model(ck, precision="fp16"),
+                 lambda: classic.evaluate(ck, precision="fp16"),
+                 lambda: classic.evaluate(ck, amp="O2")):
+        try:
+            call()
+        except classic.ClassicError as e:
+            assert "fp16" in str(e) or "amp_level" in str(e), str(e)
+        else:
+            raise AssertionError("a bad precision was taken")

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/internal.h"
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
@@ -65,24 +64,47 @@ static cl_status finish(cl_classifier *c, const char *backend,
 cl_status cl_classifier_load(cl_classifier **out, const char *path,
                              const char *arch, const char *backend)
 {
-    return cl__classifier_load_weights(out, path, arch, backend, 0);
+    cl_classifier_opts o = {.size = sizeof o, .arch = arch, .backend = backend};
+    return cl_classifier_open(out, path, &o);
 }
 
-cl_status cl__classifier_load_weights(cl_classifier **out, const char *path,
-                                      const char *arch, const char *backend,
-                                      int raw)
+/* The caller's options into *o, read as far as its size says: fields a
+ * caller built against an older header does not know stay zero. */
+static cl_status read_opts(const cl_classifier_opts *opts,
+                           cl_classifier_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!opts)
+        return CL_OK;
+    if (opts->size < sizeof opts->size || opts->size > sizeof *o)
+        return cl_error(CL_ERR_ARG,
+                        "cl_classifier_open: opts->size is %zu, expected "
+                        "sizeof(cl_classifier_opts) (%zu in this library; "
+                        "a larger size means a program built against a newer "
+                        "classic.h)",
+                        opts->size, sizeof *o);
+    memcpy(o, opts, opts->size);
+    return CL_OK;
+}
+
+cl_status cl_classifier_open(cl_classifier **out, const char *path,
+                             const cl_classifier_opts *opts)
 {
     if (!out)
-        return cl_error(CL_ERR_ARG, "cl_classifier_load: out is NULL");
+        return cl_error(CL_ERR_ARG, "cl_classifier_open: out is NULL");
     *out = NULL;
     if (!path)
-        return cl_error(CL_ERR_ARG, "cl_classifier_load: path is NULL");
+        return cl_error(CL_ERR_ARG, "cl_classifier_open: path is NULL");
+    cl_classifier_opts o;
+    cl_precision prec;
+    CL_TRY(read_opts(opts, &o));
+    CL_TRY(cl_precision_parse(o.precision, &prec));
     cl_classifier *c = calloc(1, sizeof *c);
     if (!c)
-        return cl_error(CL_ERR_NOMEM, "cl_classifier_load: out of memory");
-    const char *be = backend_of(backend);
-    cl_status s =
-        cl_model_open_weights(&c->m, path, arch, 1, be, CL_PLAN_INFER, 0, raw);
+        return cl_error(CL_ERR_NOMEM, "cl_classifier_open: out of memory");
+    const char *be = backend_of(o.backend);
+    cl_status s = cl_model_open_weights(&c->m, path, o.arch, 1, be,
+                                        CL_PLAN_INFER, 0, o.raw_weights, prec);
     if (s != CL_OK) {
         free(c);
         return s;
@@ -114,12 +136,18 @@ cl_status cl_classifier_create(cl_classifier **out, const char *config_text,
     if (!c)
         return cl_error(CL_ERR_NOMEM, "%s: out of memory", fn);
     const char *be = backend_of(backend);
-    cl_status s = cl_model_create(&c->m, &cfg, 1, be, CL_PLAN_INFER, 0);
+    cl_status s =
+        cl_model_create(&c->m, &cfg, 1, be, CL_PLAN_INFER, 0, CL_PRECISION_F32);
     if (s != CL_OK) {
         free(c);
         return s;
     }
     return finish(c, be, out);
+}
+
+const char *cl_classifier_precision(const cl_classifier *c)
+{
+    return c ? cl_precision_name(c->m.precision) : NULL;
 }
 
 long long cl_classifier_num_params(const cl_classifier *c)
@@ -370,8 +398,7 @@ static cl_status batch_net(cl_classifier *c)
         cl_alloc((size_t)B * m->num_classes * sizeof(float), "batch logits");
     if (!c->bx || !c->blogits)
         return CL_ERR_NOMEM;
-    cl_backend_opts bo = {.threads = 0};
-    return cl_backend_create(&c->bbe, c->backend, &c->bg, CL_PLAN_INFER, &bo);
+    return cl_model_plan_like(m, c->backend, &c->bg, &c->bbe);
 }
 
 /* Puts image i of a batch call into c->img. */

@@ -59,6 +59,20 @@ static cl_status keep_room(cl_evaluation *e)
     return e->feat && e->labels && e->indices ? CL_OK : CL_ERR_NOMEM;
 }
 
+/* Non-zero when override kv ("key=value") sets amp_level, in any of the
+ * spellings cl_config_set takes (amp, amp_level, amp-level). */
+static int is_amp_key(const char *kv)
+{
+    char key[16];
+    size_t n = strcspn(kv, "=");
+    if (n >= sizeof key)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        key[i] = kv[i] == '-' ? '_' : kv[i];
+    key[n] = '\0';
+    return strcmp(key, "amp") == 0 || strcmp(key, "amp_level") == 0;
+}
+
 static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
 {
     const char *fn = "cl_evaluation_run";
@@ -78,14 +92,25 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
     /* load_ema picks the weights before the checkpoint's recipe is read:
      * the overrides' value of it, not the stored run's. */
     cl_config pick;
+    cl_precision prec;
     cl_config_defaults(&pick);
-    for (int i = 0; i < o->n_overrides; i++)
+    CL_TRY(cl_precision_parse(o->precision, &prec));
+    for (int i = 0; i < o->n_overrides; i++) {
         CL_TRY(cl_config_set_pair(&pick, o->overrides[i], fn));
+        /* amp_level says how a run trains; an evaluation that took it
+         * would score in f32 while the caller believes bf16. */
+        if (is_amp_key(o->overrides[i]))
+            return cl_error(CL_ERR_ARG,
+                            "%s: '%s': amp_level is how a run trains; an "
+                            "evaluation runs at a precision (--precision "
+                            "bf16, or f32 by default)",
+                            fn, o->overrides[i]);
+    }
     if (o->distributed)
         CL_TRY(cl_dist_init(&e->d, NULL, NULL));
     CL_TRY(cl_model_open_weights(&e->m, path, o->arch, batch,
                                  o->backend ? o->backend : "onednn",
-                                 CL_PLAN_INFER, 0, !pick.load_ema));
+                                 CL_PLAN_INFER, 0, !pick.load_ema, prec));
     for (int i = 0; i < o->n_overrides; i++)
         CL_TRY(cl_config_set_pair(&e->m.cfg, o->overrides[i], fn));
     if (o->split)
@@ -181,10 +206,12 @@ cl_status cl_evaluation_print(const cl_evaluation *e, FILE *f)
     if (!e || !f)
         return cl_error(CL_ERR_ARG, "cl_evaluation_print: evaluation or file "
                                     "is NULL");
-    fprintf(f, "%s%s on %s split '%s' (%lld samples%s)\n", e->path,
-            e->m.ema ? " (its EMA weights)" : "", cl_dataset_format(e->md.ds),
-            e->m.cfg.val_split, (long long)cl_metrics_count(&e->met),
-            e->hflip ? ", averaged with their mirrors" : "");
+    fprintf(f, "%s%s on %s split '%s' (%lld samples%s), precision %s\n",
+            e->path, e->m.ema ? " (its EMA weights)" : "",
+            cl_dataset_format(e->md.ds), e->m.cfg.val_split,
+            (long long)cl_metrics_count(&e->met),
+            e->hflip ? ", averaged with their mirrors" : "",
+            cl_precision_name(e->m.precision));
     return cl_metrics_print(&e->met, f, (const char *const *)e->m.class_names);
 }
 
@@ -256,6 +283,8 @@ static cl_status add_meta(cl_st_writer *w, const cl_evaluation *e,
     CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_DATA_DIR, e->m.cfg.data_dir));
     CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_CLASS_NAMES,
                              cl_strbuf_str(classes)));
+    CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_PRECISION,
+                             cl_precision_name(e->m.precision)));
     return cl_st_writer_meta(w, CL_GALLERY_META_CHECKPOINT, e->path);
 }
 

@@ -100,3 +100,57 @@ void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n)
         len += (size_t)w;
     }
 }
+
+static const char *const precision_names[CL_PRECISION_COUNT] = {"f32", "bf16"};
+
+cl_status cl_precision_parse(const char *s, cl_precision *out)
+{
+    *out = CL_PRECISION_F32;
+    if (!s)
+        return CL_OK;
+    for (int p = 0; p < CL_PRECISION_COUNT; p++)
+        if (strcmp(s, precision_names[p]) == 0) {
+            *out = (cl_precision)p;
+            return CL_OK;
+        }
+    return cl_error(CL_ERR_ARG, "precision '%s' is not one of f32, bf16", s);
+}
+
+const char *cl_precision_name(cl_precision p)
+{
+    return p >= 0 && p < CL_PRECISION_COUNT ? precision_names[p] : "?";
+}
+
+int cl_precision_amp_level(cl_precision p)
+{
+    return p == CL_PRECISION_BF16 ? 2 : 0;
+}
+
+/* bf16 inference is offered where the CPU computes bf16 dot products
+ * (avx512_bf16's vdpbf16ps, or AMX): on plain AVX-512 oneDNN converts
+ * every operand and runs slower than f32, which a user choosing bf16 for
+ * speed must hear about rather than get. */
+static int bf16_native(void)
+{
+    const char *isa = cl_dnnl_isa_name();
+    return strcmp(isa, "avx512_core_bf16") == 0 ||
+           strcmp(isa, "avx512_core_amx") == 0;
+}
+
+cl_status cl_precision_check(const char *name, cl_precision p)
+{
+    if (p == CL_PRECISION_F32)
+        return CL_OK;
+    if (name && strcmp(name, "ref") == 0)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "precision %s runs on the onednn backend only; ref, "
+                        "the f32 oracle, runs precision f32",
+                        cl_precision_name(p));
+    if (!bf16_native())
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "precision bf16 needs a CPU with avx512_bf16 or AMX "
+                        "(oneDNN runs at %s here, where bf16 would be "
+                        "emulated and slower than f32); use precision f32",
+                        cl_dnnl_isa_name());
+    return CL_OK;
+}

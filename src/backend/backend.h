@@ -16,6 +16,29 @@ typedef enum cl_plan_mode {
     CL_PLAN_INFER = 1  /* forward only, BN folded into conv where possible */
 } cl_plan_mode;
 
+/* The number format a trained model is run at for inference (predict,
+ * eval, embed, retrieve, bench --mode infer, the API's precision option):
+ * f32, or bf16 weights and activations with f32 accumulation (the
+ * amp_level 2 inference plan: BN folded into bf16 convolutions).  Training
+ * keeps its own amp_level.  docs/deploy.md says which to choose. */
+typedef enum cl_precision {
+    CL_PRECISION_F32 = 0,
+    CL_PRECISION_BF16 = 1,
+    CL_PRECISION_COUNT
+} cl_precision;
+
+/* "f32" | "bf16" (NULL: f32) into *out; CL_ERR_ARG naming the choices
+ * otherwise. */
+cl_status cl_precision_parse(const char *s, cl_precision *out);
+const char *cl_precision_name(cl_precision p);
+/* The amp_level of an inference plan at precision p. */
+int cl_precision_amp_level(cl_precision p);
+/* CL_OK when backend `name` ("ref", "onednn") runs precision p at speed on
+ * this CPU; otherwise CL_ERR_UNSUPPORTED with one sentence naming what is
+ * missing (the ref backend is f32 only; bf16 inference needs avx512_bf16
+ * or AMX, without which oneDNN emulates bf16, slower than f32). */
+cl_status cl_precision_check(const char *name, cl_precision p);
+
 typedef struct cl_backend_opts {
     int threads;   /* 0: OpenMP's default */
     int amp_level; /* 0: f32; 1: bf16 conv/matmul; 2: bf16 activations too */

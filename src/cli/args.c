@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "core/error.h"
 
@@ -129,5 +130,19 @@ int cl_cli_raw_weights(int argc, char **argv, const char *what, int *raw)
         return 2;
     }
     *raw = !c.load_ema;
+    return 0;
+}
+
+int cl_cli_precision(int argc, char **argv, const char *what, const char **out)
+{
+    cl_precision p;
+    *out = cl_cli_option(argc, argv, "--precision");
+    if (!*out)
+        return 0;
+    cl_status s = cl_precision_parse(*out, &p);
+    if (s != CL_OK) {
+        cl_cli_fail(what, s);
+        return 2;
+    }
     return 0;
 }

@@ -40,6 +40,11 @@ const char *cl_cli_option(int argc, char **argv, const char *name);
  * the key when the value is no boolean, else 0. */
 int cl_cli_raw_weights(int argc, char **argv, const char *what, int *raw);
 
+/* `--precision f32|bf16` among the arguments into *out (NULL when absent,
+ * the API's default, f32).  Returns 2 after a message naming the choices
+ * when the value is neither, else 0. */
+int cl_cli_precision(int argc, char **argv, const char *what, const char **out);
+
 int cl_cmd_check(int argc, char **argv);
 int cl_cmd_data(int argc, char **argv);
 int cl_cmd_bench(int argc, char **argv);

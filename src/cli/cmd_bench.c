@@ -24,8 +24,10 @@ typedef struct bench_opts {
     const char *arch, *stem, *mode, *backend;
     int batch, size, classes, threads, steps, warmup;
     int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
-    int direct_convs; /* --convs direct: cl_backend_opts.direct_convs */
-    int profile;      /* --profile on: time each kind of plan step */
+    int direct_convs;      /* --convs direct: cl_backend_opts.direct_convs */
+    int profile;           /* --profile on: time each kind of plan step */
+    const char *precision; /* --precision (infer): sets amp, checked */
+    int amp_given;
 } bench_opts;
 
 static void bench_usage(FILE *f)
@@ -38,6 +40,7 @@ static void bench_usage(FILE *f)
         "                     [--threads 2] [--steps 10] [--warmup 3]\n"
         "                     [--mode train|infer|both]\n"
         "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
+        "                     [--precision f32|bf16]\n"
         "                     [--convs rewrite|direct] [--profile on|off]\n\n"
         "Times full training steps (forward, backward, momentum-SGD "
         "update)\nand inference on synthetic data after warm-up; prints "
@@ -54,7 +57,10 @@ static void bench_usage(FILE *f)
         "step's time\ngoes: each kind of plan step (\"inner product "
         "forward\", ...) with its op,\nin ms per timed step; each step "
         "then waits for its primitive, so the\nprofiled run is a little "
-        "slower than an unprofiled one.\n");
+        "slower than an unprofiled one.\n--precision (with --mode infer) runs "
+        "inference as predict, eval and the API\ndo at that precision "
+        "(bf16: the O2 inference plan), refused where they\nwould refuse "
+        "it; --amp is the training side's switch.\n");
 }
 
 static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
@@ -96,6 +102,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->amp = 0;
     o->direct_convs = 0;
     o->profile = 0;
+    o->precision = NULL;
+    o->amp_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (i + 1 >= argc) {
@@ -112,8 +120,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->mode = v;
         else if (strcmp(k, "--backend") == 0)
             o->backend = v;
-        else if (strcmp(k, "--amp") == 0)
+        else if (strcmp(k, "--amp") == 0) {
             bad = parse_amp(v, &o->amp);
+            o->amp_given = 1;
+        } else if (strcmp(k, "--precision") == 0)
+            o->precision = v;
         else if (strcmp(k, "--convs") == 0) {
             o->direct_convs = strcmp(v, "direct") == 0;
             if (!o->direct_convs && strcmp(v, "rewrite") != 0) {
@@ -156,6 +167,24 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 "classic bench: --mode '%s' is not train, infer or both\n",
                 o->mode);
         return 1;
+    }
+    if (o->precision) {
+        cl_precision p;
+        cl_status st = cl_precision_parse(o->precision, &p);
+        if (st == CL_OK && strcmp(o->mode, "infer") != 0)
+            st = cl_error(CL_ERR_ARG, "--precision is inference's switch: "
+                                      "give --mode infer (training takes "
+                                      "--amp)");
+        if (st == CL_OK && o->amp_given)
+            st = cl_error(CL_ERR_ARG, "--precision and --amp both set the "
+                                      "inference precision: give one");
+        if (st == CL_OK)
+            st = cl_precision_check(o->backend, p);
+        if (st != CL_OK) {
+            cl_cli_fail("bench", st);
+            return 1;
+        }
+        o->amp = cl_precision_amp_level(p);
     }
     return 0;
 }

@@ -131,8 +131,8 @@ static int convert_weights(const char *in, const char *out, const char *arch,
     int side = 224, ret = 1;
     if (ss && parse_int(ss, "--image_size", 32, 4096, &side))
         return 2;
-    cl_status s =
-        cl_model_open_weights(&m, in, arch, 1, NULL, CL_PLAN_INFER, 1, raw);
+    cl_status s = cl_model_open_weights(&m, in, arch, 1, NULL, CL_PLAN_INFER, 1,
+                                        raw, CL_PRECISION_F32);
     if (s != CL_OK)
         return cl_cli_fail("convert", s);
     int k = m.num_classes;

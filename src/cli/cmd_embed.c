@@ -10,23 +10,27 @@
 
 static void usage(void)
 {
-    printf("usage: classic embed --checkpoint FILE --out features.safetensors "
-           "[--split test|train]\n"
-           "                     [--batch N] [--arch resnetNN] [--key value "
-           "...]\n\n"
-           "Writes the pooled penultimate features (2048-d for resnet50) of "
-           "every sample\nof a split as a safetensors file: 'features' (N, "
-           "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order), "
-           "for image folders 'names' (the files,\neach ended by a NUL, U8) "
-           "and as metadata the dataset, split, data_dir,\nclass_names and "
-           "checkpoint: the gallery `classic retrieve` searches.\n"
-           "FILE may be a PyTorch .pth or a plain safetensors file (arch "
-           "inferred\nor checked against --arch; give the data with "
-           "--dataset and --data_dir).\n");
+    printf(
+        "usage: classic embed --checkpoint FILE --out features.safetensors "
+        "[--split test|train]\n"
+        "                     [--batch N] [--arch ARCH] [--precision f32|bf16] "
+        "[--key value ...]\n\n"
+        "Writes the pooled penultimate features (2048-d for resnet50) of "
+        "every sample\nof a split as a safetensors file: 'features' (N, "
+        "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order), "
+        "for image folders 'names' (the files,\neach ended by a NUL, U8) "
+        "and as metadata the dataset, split, data_dir,\nclass_names and "
+        "checkpoint: the gallery `classic retrieve` searches.\n"
+        "FILE may be a PyTorch .pth or a plain safetensors file (arch "
+        "inferred\nor checked against --arch; give the data with "
+        "--dataset and --data_dir).\n--precision bf16 computes the features in "
+        "bf16 (docs/deploy.md); the file\nrecords it, and `classic "
+        "retrieve` embeds its queries the same way.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--out",  "--split",
-                                  "--batch",      "--arch", NULL};
+static const char *const own[] = {
+    "--checkpoint", "--out",       "--split", "--batch",
+    "--arch",       "--precision", NULL};
 
 int cl_cmd_embed(int argc, char **argv)
 {
@@ -45,6 +49,9 @@ int cl_cmd_embed(int argc, char **argv)
     int batch = bs ? atoi(bs) : 100;
     if (batch < 1)
         batch = 100;
+    const char *precision = NULL;
+    if (cl_cli_precision(argc, argv, "embed", &precision))
+        return 2;
     cl_cli_pairs p;
     cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);
     if (s != CL_OK)
@@ -54,7 +61,8 @@ int cl_cmd_embed(int argc, char **argv)
                       .split = cl_cli_option(argc, argv, "--split"),
                       .overrides = (const char *const *)p.kv,
                       .n_overrides = p.n,
-                      .keep_features = 1};
+                      .keep_features = 1,
+                      .precision = precision};
     cl_evaluation *e = NULL;
     cl_eval_summary sum;
     long long n = 0;

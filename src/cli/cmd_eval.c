@@ -14,7 +14,7 @@ static void usage(void)
            "test|train]\n"
            "                    [--csv confusion.csv] [--backend onednn|ref] "
            "[--key value ...]\n"
-           "                    [--arch resnetNN]\n\n"
+           "                    [--arch ARCH] [--precision f32|bf16]\n\n"
            "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
            "the\nconfusion matrix.  Data and eval transforms come from the "
            "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
@@ -24,11 +24,15 @@ static void usage(void)
            "PyTorch .pth or a plain safetensors\nfile (arch inferred or "
            "checked against --arch; give the data with --dataset\nand "
            "--data_dir).\nA checkpoint of a run with ema: true is scored with "
-           "its EMA weights;\n--load_ema false scores its raw weights.\n");
+           "its EMA weights;\n--load_ema false scores its raw "
+           "weights.\n--precision "
+           "bf16 scores in bf16 (docs/deploy.md); the recipe's amp_level,\n"
+           "how the run trained, is refused here.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--batch", "--split", "--csv",
-                                  "--backend",    "--arch",  NULL};
+static const char *const own[] = {"--checkpoint", "--batch",   "--split",
+                                  "--csv",        "--backend", "--arch",
+                                  "--precision",  NULL};
 
 int cl_cmd_eval(int argc, char **argv)
 {
@@ -48,6 +52,9 @@ int cl_cmd_eval(int argc, char **argv)
         fprintf(stderr, "classic: eval: --batch must be 1..65536\n");
         return 2;
     }
+    const char *precision = NULL;
+    if (cl_cli_precision(argc, argv, "eval", &precision))
+        return 2;
     cl_cli_pairs p;
     cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);
     if (s != CL_OK)
@@ -60,7 +67,8 @@ int cl_cmd_eval(int argc, char **argv)
                       .split = cl_cli_option(argc, argv, "--split"),
                       .overrides = (const char *const *)p.kv,
                       .n_overrides = p.n,
-                      .distributed = 1};
+                      .distributed = 1,
+                      .precision = precision};
     cl_evaluation *e = NULL;
     cl_eval_summary sum;
     if ((s = cl_evaluation_run(&e, ckpt, &o)) == CL_OK &&

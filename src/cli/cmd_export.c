@@ -14,8 +14,8 @@ static void usage(void)
 {
     printf(
         "usage: classic export --checkpoint FILE --onnx OUT.onnx "
-        "[--batch N] [--arch resnetNN]\n"
-        "                      [--load_ema false]\n\n"
+        "[--batch N] [--arch ARCH]\n"
+        "                      [--load_ema false] [--precision f32]\n\n"
         "Writes the checkpoint's inference graph as ONNX (opset 17): "
         "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
         "BatchNorm folded into the convs.\nWithout --batch the batch "
@@ -24,7 +24,10 @@ static void usage(void)
         "also be a PyTorch .pth or a plain safetensors file with\n"
         "torchvision's names (arch inferred, or checked against "
         "--arch).\nA checkpoint holding an EMA of its weights exports the "
-        "EMA; --load_ema false\nexports its raw weights.\n");
+        "EMA; --load_ema false\nexports its raw weights.\nThe file is f32, "
+        "the precision ONNX runtimes take and lower themselves:\n"
+        "--precision bf16 is refused (ONNX Runtime's CPU provider has no "
+        "bf16\nconvolution).\n");
 }
 
 int cl_cmd_export(int argc, char **argv)
@@ -41,7 +44,8 @@ int cl_cmd_export(int argc, char **argv)
         if (strcmp(argv[i], "--checkpoint") == 0 ||
             strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0 ||
             strcmp(argv[i], "--arch") == 0 ||
-            strcmp(argv[i], "--load_ema") == 0)
+            strcmp(argv[i], "--load_ema") == 0 ||
+            strcmp(argv[i], "--precision") == 0)
             i++;
         else {
             fprintf(stderr, "classic: export: unexpected argument %s\n",
@@ -67,9 +71,22 @@ int cl_cmd_export(int argc, char **argv)
     int raw = 0;
     if (cl_cli_raw_weights(argc, argv, "export", &raw))
         return 2;
+    const char *precision = NULL;
+    if (cl_cli_precision(argc, argv, "export", &precision))
+        return 2;
+    if (precision && strcmp(precision, "f32") != 0) {
+        fprintf(stderr,
+                "classic: export: --precision %s: the ONNX file is f32, as "
+                "ONNX runtimes take it (ONNX Runtime's CPU provider has no "
+                "bf16 convolution); run bf16 with classic itself or drop "
+                "--precision\n",
+                precision);
+        return 2;
+    }
     cl_model m;
-    cl_status s = cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 1,
-                                        "ref", CL_PLAN_INFER, 1, raw);
+    cl_status s =
+        cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 1, "ref",
+                              CL_PLAN_INFER, 1, raw, CL_PRECISION_F32);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
     /* A classic checkpoint's metadata strings are read in place from the

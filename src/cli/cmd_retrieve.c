@@ -14,8 +14,9 @@
 static void usage(void)
 {
     printf("usage: classic retrieve --gallery FEATURES [--top K] [--json]\n"
-           "                        [--checkpoint FILE] [--arch resnetNN] "
-           "IMAGE...\n"
+           "                        [--checkpoint FILE] [--arch ARCH] "
+           "[--precision f32|bf16]\n"
+           "                        IMAGE...\n"
            "       classic retrieve --gallery FEATURES --queries FEATURES\n"
            "                        [--recall 1,5] [--top K] [--json]\n\n"
            "FEATURES are files written by `classic embed`.  For each query "
@@ -25,16 +26,18 @@ static void usage(void)
            "name.\n\n"
            "IMAGE queries (JPEG or PNG) are embedded with --checkpoint, by "
            "default the\ncheckpoint the gallery was embedded with, and the "
-           "eval preprocessing of\n`classic predict`.  --queries takes the "
+           "eval preprocessing of\n`classic predict`, at --precision, by "
+           "default the precision the\n"
+           "gallery was embedded at.  --queries takes the "
            "rows of another features file\ninstead; with --recall it prints "
            "recall@k for each k listed: the share\nof queries with a gallery "
            "row of their label among their k nearest.\n--json prints one JSON "
            "object per query (per line), or one for the\nrecall.\n");
 }
 
-static const char *const own[] = {"--gallery", "--top",     "--checkpoint",
-                                  "--arch",    "--queries", "--recall",
-                                  NULL};
+static const char *const own[] = {"--gallery",   "--top",     "--checkpoint",
+                                  "--arch",      "--queries", "--recall",
+                                  "--precision", NULL};
 
 static int is_own(const char *a)
 {
@@ -178,7 +181,8 @@ done:
 
 /* Image files: embedded one by one with the checkpoint. */
 static int from_images(const cl_gallery *g, int argc, char **argv,
-                       const char *ckpt, const char *arch, int top, int json)
+                       const char *ckpt, const char *arch, int top, int json,
+                       const char *precision)
 {
     if (!ckpt || !ckpt[0]) {
         fprintf(stderr, "classic: retrieve: the gallery names no checkpoint; "
@@ -187,10 +191,16 @@ static int from_images(const cl_gallery *g, int argc, char **argv,
     }
     if (top > g->n)
         top = (int)g->n;
+    /* Queries embedded as the gallery was, unless told otherwise: the
+     * nearest rows should not move with the precision alone. */
+    if (!precision)
+        precision = g->precision[0] ? g->precision : "f32";
+    cl_precision prec;
     cl_model m;
-    cl_status s =
-        cl_model_open_as(&m, ckpt, arch, 1, "onednn", CL_PLAN_INFER, 0);
-    if (s != CL_OK)
+    cl_status s = cl_precision_parse(precision, &prec);
+    if (s != CL_OK ||
+        (s = cl_model_open_weights(&m, ckpt, arch, 1, "onednn", CL_PLAN_INFER,
+                                   0, 0, prec)) != CL_OK)
         return cl_cli_fail("retrieve", s);
     float *x = NULL, *q = NULL, *sim = NULL;
     int64_t *idx = NULL;
@@ -283,6 +293,15 @@ int cl_cmd_retrieve(int argc, char **argv)
         fprintf(stderr, "classic: retrieve: --top must be >= 1\n");
         return 2;
     }
+    const char *precision = NULL;
+    if (cl_cli_precision(argc, argv, "retrieve", &precision))
+        return 2;
+    if (precision && queries) {
+        fprintf(stderr, "classic: retrieve: --precision is how image queries "
+                        "are embedded; --queries holds features embedded "
+                        "already\n");
+        return 2;
+    }
     cl_gallery g;
     cl_status s = cl_gallery_open(&g, gpath);
     if (s != CL_OK)
@@ -293,7 +312,8 @@ int cl_cmd_retrieve(int argc, char **argv)
     } else {
         const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
         rc = from_images(&g, argc, argv, ckpt ? ckpt : g.checkpoint,
-                         cl_cli_option(argc, argv, "--arch"), top, json);
+                         cl_cli_option(argc, argv, "--arch"), top, json,
+                         precision);
     }
     cl_gallery_close(&g);
     return rc;

@@ -141,14 +141,31 @@ static cl_status from_tensors(cl_model *m, const cl_weights *w,
     return default_class_names(m);
 }
 
-/* The backend for m's graph; none when backend is NULL. */
+/* The backend for m's graph; none when backend is NULL.  The precision is
+ * checked first even then, so that a bad choice is named before any
+ * weights are read into a plan. */
 static cl_status plan(cl_model *m, const char *backend, cl_plan_mode mode,
-                      int threads)
+                      int threads, cl_precision prec)
 {
+    if (prec != CL_PRECISION_F32 && mode != CL_PLAN_INFER)
+        return cl_error(CL_ERR_ARG,
+                        "precision %s is for inference; training "
+                        "chooses its own with amp_level",
+                        cl_precision_name(prec));
+    m->precision = prec;
     if (!backend)
         return CL_OK;
-    cl_backend_opts bo = {.threads = threads};
+    CL_TRY(cl_precision_check(backend, prec));
+    cl_backend_opts bo = {.threads = threads,
+                          .amp_level = cl_precision_amp_level(prec)};
     return cl_backend_create(&m->be, backend, &m->g, mode, &bo);
+}
+
+cl_status cl_model_plan_like(const cl_model *m, const char *backend,
+                             cl_graph *g, cl_backend **out)
+{
+    cl_backend_opts bo = {.amp_level = cl_precision_amp_level(m->precision)};
+    return cl_backend_create(out, backend, g, CL_PLAN_INFER, &bo);
 }
 
 cl_status cl_model_open(cl_model *m, const char *ckpt, int batch,
@@ -162,12 +179,13 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
                            int threads)
 {
     return cl_model_open_weights(m, ckpt, arch, batch, backend, mode, threads,
-                                 0);
+                                 0, CL_PRECISION_F32);
 }
 
 cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
                                 int batch, const char *backend,
-                                cl_plan_mode mode, int threads, int raw)
+                                cl_plan_mode mode, int threads, int raw,
+                                cl_precision prec)
 {
     cl_weights w;
     cl_ckpt_load_report rep;
@@ -190,7 +208,7 @@ cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
         goto fail;
     m->ema = rep.ema;
     cl_weights_close(&w);
-    if ((s = plan(m, backend, mode, threads)) != CL_OK)
+    if ((s = plan(m, backend, mode, threads, prec)) != CL_OK)
         goto fail;
     return CL_OK;
 fail:
@@ -200,7 +218,8 @@ fail:
 }
 
 cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
-                          const char *backend, cl_plan_mode mode, int threads)
+                          const char *backend, cl_plan_mode mode, int threads,
+                          cl_precision prec)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -218,7 +237,7 @@ cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
     m->graph_ready = 1;
     if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
         (s = cl_arch_init(&m->g, &m->arch, (uint64_t)cfg->seed)) != CL_OK ||
-        (s = plan(m, backend, mode, threads)) != CL_OK)
+        (s = plan(m, backend, mode, threads, prec)) != CL_OK)
         goto fail;
     return CL_OK;
 fail:

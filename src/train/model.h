@@ -20,6 +20,7 @@ typedef struct cl_model {
     int foreign; /* weights without classic's metadata (.pth, plain
                     safetensors): arch inferred, ImageNet eval defaults */
     int ema;     /* the weights are the checkpoint's EMA (model_ema.h) */
+    cl_precision precision; /* what m->be runs at (backend.h) */
 } cl_model;
 
 /* Opens ckpt for batches of `batch`: a classic checkpoint, a plain
@@ -39,17 +40,25 @@ cl_status cl_model_open_as(cl_model *m, const char *ckpt, const char *arch,
                            int threads);
 /* As cl_model_open_as, which reads the EMA of a checkpoint that holds one
  * (the model it ships); raw non-zero reads its raw weights instead (the
- * load_ema key, false). */
+ * load_ema key, false).  An inference plan runs at precision prec, refused
+ * with cl_precision_check's sentence where the backend or CPU cannot run
+ * it fast. */
 cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
                                 int batch, const char *backend,
-                                cl_plan_mode mode, int threads, int raw);
+                                cl_plan_mode mode, int threads, int raw,
+                                cl_precision prec);
 /* The network cfg describes (model, stem, in_channels, num_classes -- 1000
  * when 0 --, image_size) with the weights training starts from (cfg->seed)
  * and cfg's eval pipeline; class names are ImageNet's for 1000 classes,
  * "class k" otherwise.  A model by arch name, for inspection and for
  * pipelines to run before any training; backend as cl_model_open_as. */
 cl_status cl_model_create(cl_model *m, const cl_config *cfg, int batch,
-                          const char *backend, cl_plan_mode mode, int threads);
+                          const char *backend, cl_plan_mode mode, int threads,
+                          cl_precision prec);
+/* A backend for graph g (m's network at another batch) planned as m's own:
+ * same backend name, inference at m->precision. */
+cl_status cl_model_plan_like(const cl_model *m, const char *backend,
+                             cl_graph *g, cl_backend **out);
 void cl_model_close(cl_model *m);
 
 /* The eval transforms for src_h x src_w images (0 x 0: variable sizes). */

@@ -171,6 +171,7 @@ cl_status cl_gallery_open(cl_gallery *g, const char *path)
     meta_copy(f, CL_GALLERY_META_SPLIT, g->split, sizeof g->split);
     meta_copy(f, CL_GALLERY_META_CHECKPOINT, g->checkpoint,
               sizeof g->checkpoint);
+    meta_copy(f, CL_GALLERY_META_PRECISION, g->precision, sizeof g->precision);
     cl_st_close(f);
     return CL_OK;
 fail:

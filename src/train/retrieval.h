@@ -24,12 +24,14 @@
  * by the dataset metadata and the index. */
 #define CL_GALLERY_NAMES "names"
 /* Metadata: the dataset ("fashion_mnist"), its split and folder, the
- * class names as a JSON array, the checkpoint that embedded it. */
+ * class names as a JSON array, the checkpoint that embedded it and the
+ * precision it ran at ("f32", "bf16"; absent in older files: f32). */
 #define CL_GALLERY_META_DATASET "dataset"
 #define CL_GALLERY_META_SPLIT "split"
 #define CL_GALLERY_META_DATA_DIR "data_dir"
 #define CL_GALLERY_META_CLASS_NAMES "class_names"
 #define CL_GALLERY_META_CHECKPOINT "checkpoint"
+#define CL_GALLERY_META_PRECISION "precision"
 
 typedef struct cl_gallery {
     int64_t n;
@@ -41,7 +43,7 @@ typedef struct cl_gallery {
     const char **names; /* names: (n), into name_buf; NULL without one */
     char **class_names; /* num_classes names from the metadata, or NULL */
     int num_classes;
-    char dataset[64], split[64], checkpoint[1024];
+    char dataset[64], split[64], checkpoint[1024], precision[16];
 } cl_gallery;
 
 /* Reads a features file: every entry's dtype and shape, one label and
