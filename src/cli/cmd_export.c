@@ -83,9 +83,13 @@ int cl_cmd_export(int argc, char **argv)
                 precision);
         return 2;
     }
+    /* A symbolic batch is exported from a graph of two images: the
+     * exporter can then check that each gather moves rows within an image
+     * (docs/interop.md), which a graph of one cannot show; the file is the
+     * same as from any other batch. */
     cl_model m;
     cl_status s =
-        cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 1, "ref",
+        cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 2, "ref",
                               CL_PLAN_INFER, 1, raw, CL_PRECISION_F32);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
