@@ -948,6 +948,21 @@ cl_status cl_config_check(const cl_config *c)
     if (c->min_lr > c->lr)
         return cl_error(CL_ERR_CONFIG, "%s: min_lr %g is above lr %g", p,
                         c->min_lr, c->lr);
+    /* The schedule's own check (train/lr.c) would say this only once the
+     * data has loaded, and in its field names. */
+    if (c->warmup_epochs > c->epoch_size)
+        return cl_error(CL_ERR_CONFIG,
+                        "%s: warmup_epochs %d is longer than the run "
+                        "(epoch_size %d): lower warmup_epochs or raise "
+                        "epoch_size",
+                        p, c->warmup_epochs, c->epoch_size);
+    if (c->scheduler == CL_CFG_SCHED_COSINE_DECAY && c->decay_epochs == 0 &&
+        c->warmup_epochs == c->epoch_size)
+        return cl_error(CL_ERR_CONFIG,
+                        "%s: warmup_epochs %d takes the whole run (epoch_size "
+                        "%d) and leaves cosine_decay no epoch: lower "
+                        "warmup_epochs or raise epoch_size",
+                        p, c->warmup_epochs, c->epoch_size);
     if (c->nesterov && c->opt != CL_CFG_OPT_ADAMW && c->momentum == 0)
         return cl_error(CL_ERR_CONFIG, "%s: nesterov needs momentum > 0", p);
     if (c->nesterov && c->opt == CL_CFG_OPT_ADAMW)

@@ -229,7 +229,8 @@ cl_status cl_config_set(cl_config *c, const char *key, const char *value);
 cl_status cl_config_set_pair(cl_config *c, const char *kv, const char *who);
 
 /* Cross-key consistency (mean/std length vs in_channels, milestones for
- * multi_step, scale/ratio order, min_lr <= lr, data_dir for imagefolder...).
+ * multi_step, scale/ratio order, min_lr <= lr, a warm-up shorter than the
+ * run, data_dir for imagefolder...).
  * Call it after the last cl_config_set. */
 cl_status cl_config_check(const cl_config *c);
 
