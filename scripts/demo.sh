@@ -28,11 +28,13 @@ echo "== data: what the labels look like =="
 "$CLASSIC" data info --show 5
 echo
 echo "== train: ResNet-50 (CIFAR stem, gray input) on Fashion-MNIST =="
+# --overwrite true: a second `make demo` replaces the demo's own run in
+# $RUN (a training run refuses a folder holding another run otherwise).
 "$CLASSIC" train --config configs/resnet50_fashion_mnist.yaml \
     --limit_train "${DEMO_TRAIN:-2048}" --limit_val "${DEMO_VAL:-1000}" \
     --epoch_size "${DEMO_EPOCHS:-1}" --warmup_epochs 0 --lr 0.02 \
     --batch_size 32 --zero_init_residual true \
-    --per_print_times 8 --ckpt_save_dir "$RUN" "${AMP[@]}"
+    --per_print_times 8 --ckpt_save_dir "$RUN" --overwrite true "${AMP[@]}"
 CKPT="$RUN/resnet50-last.safetensors"
 echo
 echo "== eval: the checkpoint on the test set =="

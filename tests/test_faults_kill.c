@@ -112,11 +112,14 @@ CL_TEST(kill9_at_random_moments_then_resume)
     for (int round = 0; round < KILL_ROUNDS; round++) {
         char log[64], before[8192];
         snprintf(log, sizeof log, "run%d.log", round);
+        /* A round killed before its first checkpoint starts afresh, over
+         * the record the killed run left (--overwrite true). */
         if (from > 0)
             snprintf(args, sizeof args,
                      KILL_RUN "--ckpt_save_dir %s --resume %s", dir, ck);
         else
-            snprintf(args, sizeof args, KILL_RUN "--ckpt_save_dir %s", dir);
+            snprintf(args, sizeof args,
+                     KILL_RUN "--ckpt_save_dir %s --overwrite true", dir);
         tmp_names(dir, before, sizeof before);
         int pid = cl_test_classic_start(args, cl_test_path(log), NULL);
         REQUIRE(pid > 0);
@@ -175,7 +178,8 @@ CL_TEST(kill9_at_random_moments_then_resume)
         snprintf(args, sizeof args, KILL_RUN "--ckpt_save_dir %s --resume %s",
                  dir, ck);
     else
-        snprintf(args, sizeof args, KILL_RUN "--ckpt_save_dir %s", dir);
+        snprintf(args, sizeof args,
+                 KILL_RUN "--ckpt_save_dir %s --overwrite true", dir);
     REQUIRE(cl_test_classic(args) == 0);
     fault_check_dir(dir, NULL);
     CHECK(fault_check_losses(dir, ref, KILL_TOTAL) >= KILL_TOTAL);

@@ -359,6 +359,9 @@ static const key keys[] = {
     GROUP("checkpoints and logs"),
     K_STR(ckpt_save_dir, "./ckpt",
           "run directory: checkpoints, metrics.jsonl, resolved config"),
+    K_BOOL(overwrite, "false",
+           "a new run into a ckpt_save_dir that holds a run replaces that "
+           "run (its config, metrics and checkpoints); false: refused"),
     K_INT(ckpt_save_interval, 0, INT_MAX, "0",
           "save a checkpoint every N optimizer steps (0: off)"),
     K_INT(ckpt_save_epochs, 0, 100000, "1",

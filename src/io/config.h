@@ -192,6 +192,7 @@ typedef struct cl_config {
     int dist_timeout; /* seconds; 0 forever */
     /* ---- checkpoints and logs ---- */
     char ckpt_save_dir[CL_CFG_PATH_MAX];
+    int overwrite; /* a fresh run may replace the run ckpt_save_dir holds */
     int ckpt_save_interval; /* steps; 0 off */
     int ckpt_save_epochs;   /* epochs; 0 off */
     int keep_checkpoint_max;

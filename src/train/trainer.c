@@ -2,6 +2,8 @@
  * and schedule from the config; then for every step load a batch, run
  * forward and backward, average gradients over ranks, step the optimizer;
  * around it the monitors, metrics log, checkpoints and evaluation. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -954,6 +956,132 @@ static void fill_batch(cl_batch *b, int batch, size_t per)
     b->n = batch;
 }
 
+/* ---- the run folder --------------------------------------------------- */
+
+/* Whether name is a checkpoint file the trainer writes: "<arch>-e<E>",
+ * "<arch>-e<E>-s<S>", "<arch>-last" or "<arch>-best", then ".safetensors",
+ * ".state.safetensors" or ".val.safetensors". */
+static int is_checkpoint_file(const char *name)
+{
+    static const char ext[] = ".safetensors";
+    size_t n = strlen(name), el = sizeof ext - 1;
+    if (n <= el || strcmp(name + n - el, ext) != 0)
+        return 0;
+    n -= el;
+    if (n > 6 && memcmp(name + n - 6, ".state", 6) == 0)
+        n -= 6;
+    else if (n > 4 && memcmp(name + n - 4, ".val", 4) == 0)
+        n -= 4;
+    const char *dash = memchr(name, '-', n);
+    if (!dash || dash == name)
+        return 0;
+    for (const char *p = name; p < dash; p++)
+        if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p) &&
+            *p != '_')
+            return 0;
+    const char *t = dash + 1, *end = name + n;
+    size_t tl = (size_t)(end - t);
+    if ((tl == 4 && memcmp(t, "last", 4) == 0) ||
+        (tl == 4 && memcmp(t, "best", 4) == 0))
+        return 1;
+    if (t == end || *t++ != 'e' || t == end || !isdigit((unsigned char)*t))
+        return 0;
+    while (t < end && isdigit((unsigned char)*t))
+        t++;
+    if (t == end)
+        return 1;
+    if (end - t < 3 || t[0] != '-' || t[1] != 's' ||
+        !isdigit((unsigned char)t[2]))
+        return 0;
+    for (t += 2; t < end && isdigit((unsigned char)*t); t++)
+        ;
+    return t == end;
+}
+
+/* What a folder holds of a run, and with remove set, removes it (all but
+ * the file at keep, which this run reads). */
+typedef struct run_files {
+    int config, metrics, ckpts;
+    char last[256]; /* a "-last" model file's name, or "" */
+} run_files;
+
+static void scan_run_files(const char *dir, int remove, const struct stat *keep,
+                           run_files *f)
+{
+    memset(f, 0, sizeof *f);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char path[CL_CFG_PATH_MAX + 300];
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        int config = strcmp(n, "config.yaml") == 0;
+        int metrics = strcmp(n, "metrics.jsonl") == 0;
+        int ckpt = is_checkpoint_file(n);
+        if (!config && !metrics && !ckpt && strcmp(n, "report.html") != 0)
+            continue;
+        f->config |= config;
+        f->metrics |= metrics;
+        f->ckpts += ckpt;
+        size_t len = strlen(n);
+        if (ckpt && len > 17 && strcmp(n + len - 17, "-last.safetensors") == 0)
+            snprintf(f->last, sizeof f->last, "%s", n);
+        if (!remove)
+            continue;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        if (keep && stat(path, &st) == 0 && st.st_dev == keep->st_dev &&
+            st.st_ino == keep->st_ino)
+            continue;
+        unlink(path);
+    }
+    closedir(d);
+}
+
+/* A new run (no resume) into a folder that holds a run's config.yaml or
+ * metrics.jsonl would replace that run's record and mix its checkpoints
+ * with the old ones: refused, unless overwrite says to remove the old
+ * run's files first.  Checked on rank 0 before anything loads; every rank
+ * agrees on the outcome. */
+static cl_status claim_run_dir(run *r)
+{
+    const cl_config *c = r->cfg;
+    const char *dir = c->ckpt_save_dir;
+    cl_status s = CL_OK;
+    run_files f;
+    if (r->root && !c->resume[0]) {
+        scan_run_files(dir, 0, NULL, &f);
+        char what[96];
+        snprintf(what, sizeof what, "%s%s%d checkpoint file(s)",
+                 f.config ? "config.yaml, " : "",
+                 f.metrics ? "metrics.jsonl, " : "", f.ckpts);
+        if ((f.config || f.metrics) && !c->overwrite) {
+            s = cl_error(CL_ERR_CONFIG,
+                         "ckpt_save_dir %s already holds a run (%s), which "
+                         "a new run there would replace: continue it with "
+                         "--resume %s/%s, train into another folder with "
+                         "--ckpt_save_dir, or replace it with --overwrite "
+                         "true",
+                         dir, what, dir, f.last[0] ? f.last : "CHECKPOINT");
+        } else if (f.config || f.metrics) {
+            struct stat keep;
+            int k = c->pretrained[0] && stat(c->pretrained, &keep) == 0;
+            scan_run_files(dir, 1, k ? &keep : NULL, &f);
+            cl_log(r->lg, CL_LOG_INFO,
+                   "overwrite: %s held a run; its files are removed (%s, "
+                   "report.html)%s",
+                   dir, what,
+                   k ? "; the pretrained weights this run reads are kept" : "");
+        }
+    }
+    if (r->d && !cl_dist_all_ok(r->d, s == CL_OK))
+        return s != CL_OK ? s
+                          : cl_error(CL_ERR_CONFIG,
+                                     "rank 0 refused ckpt_save_dir %s", dir);
+    return s;
+}
+
 static cl_status write_run_files(run *r)
 {
     const cl_config *c = r->cfg;
@@ -1379,8 +1507,8 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     cl_strbuf_init(&r.line);
     stop_handlers_install(&sh);
 
-    if ((s = open_data(&r)) != CL_OK || (s = build_model(&r)) != CL_OK ||
-        (s = make_optimizer(&r)) != CL_OK ||
+    if ((s = claim_run_dir(&r)) != CL_OK || (s = open_data(&r)) != CL_OK ||
+        (s = build_model(&r)) != CL_OK || (s = make_optimizer(&r)) != CL_OK ||
         (s = cl_metrics_init(&r.val, r.g.num_classes)) != CL_OK ||
         (s = cl_metrics_init(&r.val_ema, r.g.num_classes)) != CL_OK ||
         (s = cl_val_misses_init(&r.misses, r.val_ds, CL_VAL_MISS_MAX)) !=

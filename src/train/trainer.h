@@ -56,7 +56,10 @@ typedef struct cl_train_hooks {
 
 /* Trains as cfg says.  d may be NULL (single process).  Only rank 0
  * writes files and logs (lg is used as given; pass a quiet logger on other
- * ranks).  CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
+ * ranks).  A run that resumes nothing refuses a ckpt_save_dir holding
+ * another run's config.yaml or metrics.jsonl (CL_ERR_CONFIG naming the
+ * ways out), or with cfg->overwrite removes that run's files first.
+ * CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
  * the step and the last good checkpoint).  While it runs, SIGINT and
  * SIGTERM are caught: the first stops the run after the current step with
  * a step checkpoint and CL_ERR_INTERRUPTED (the message names the file to
