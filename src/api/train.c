@@ -1,6 +1,7 @@
 /* The public training API: a recipe from YAML and "key=value" overrides
- * run by cl_train_run, alone or data-parallel under mpirun, whose step and
- * epoch events become the caller's progress callback. */
+ * (over a resumed checkpoint's own config) run by cl_train_run, alone or
+ * data-parallel under mpirun, whose step and epoch events become the
+ * caller's progress callback. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,14 +11,17 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "io/config.h"
+#include "io/strbuf.h"
+#include "train/train_config.h"
 #include "train/trainer.h"
 
 typedef struct relay {
     cl_progress_fn fn;
     void *ctx;
     int stopped;
-    long long last_step; /* the last event's: a stopped run reports it */
-    int last_epoch;      /* epochs completed per the events */
+    long long last_step;  /* the last event's: a stopped run reports it */
+    long long first_step; /* where this call started (resumed), or 0 */
+    int last_epoch;       /* epochs completed per the events */
     double last_loss;
     int rank, world_size;
 } relay;
@@ -44,6 +48,7 @@ static int on_event(void *ctx, const cl_train_event *e)
     p.rank = r->rank;
     p.world_size = r->world_size;
     r->last_step = e->step;
+    r->first_step = e->first_step;
     r->last_loss = e->loss_avg;
     if (e->kind == CL_TRAIN_EVENT_EPOCH)
         r->last_epoch = (int)e->epoch;
@@ -69,40 +74,50 @@ cl_status cl_train(const char *config_path, const char *config_text,
                         "cl_train: %d overrides given but the list is %s",
                         n_overrides, overrides ? "there" : "NULL");
     cl_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cl_config_defaults(&cfg);
-    if (config_path) {
-        CL_TRY(cl_config_merge_yaml(&cfg, config_path));
+    cl_strbuf notes;
+    cl_strbuf_init(&notes);
+    cl_status s =
+        cl_train_config_resolve(&cfg, config_path, config_text, overrides,
+                                n_overrides, "cl_train", &notes);
+    if (s != CL_OK) {
+        cl_strbuf_free(&notes);
+        return s;
     }
-    if (config_text) {
-        CL_TRY(cl_config_merge_yaml_text(&cfg, config_text, strlen(config_text),
-                                         "config text"));
-    }
-    for (int i = 0; i < n_overrides; i++)
-        CL_TRY(cl_config_set_pair(&cfg, overrides[i], "cl_train"));
-    CL_TRY(cl_config_check(&cfg));
     cl_dist d;
     if (cfg.dist == CL_CFG_DIST_NONE)
         cl_dist_single(&d);
     else if (cfg.dist == CL_CFG_DIST_MPI && !cl_dist_launched())
-        return cl_error(CL_ERR_CONFIG,
-                        "dist is mpi but no MPI launcher started this "
-                        "process: run it under mpirun -np N, or set dist to "
-                        "auto or none");
+        s = cl_error(CL_ERR_CONFIG,
+                     "dist is mpi but no MPI launcher started this "
+                     "process: run it under mpirun -np N, or set dist to "
+                     "auto or none");
     else
-        CL_TRY(cl_dist_init(&d, NULL, NULL));
+        s = cl_dist_init(&d, NULL, NULL);
+    if (s != CL_OK) {
+        cl_strbuf_free(&notes);
+        return s;
+    }
     d.timeout_s = cfg.dist_timeout;
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;
     lg.quiet = d.rank != 0;
-    relay r = {on_progress, ctx, 0, 0, 0, NAN, d.rank, d.size};
+    /* What the resumed checkpoint's config gave and what changed it. */
+    for (char *line = notes.data, *nl; line && *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            break;
+        *nl = '\0';
+        cl_log(&lg, CL_LOG_INFO, "%s", line);
+    }
+    cl_strbuf_free(&notes);
+    relay r = {on_progress, ctx, 0, 0, 0, 0, NAN, d.rank, d.size};
     cl_train_hooks hooks = {.ctx = &r, .on_event = on_event};
     cl_train_result res;
     memset(&res, 0, sizeof res);
-    cl_status s =
-        cl_train_run(&cfg, &d, &lg, on_progress ? &hooks : NULL, &res);
+    s = cl_train_run(&cfg, &d, &lg, on_progress ? &hooks : NULL, &res);
     if (summary) {
-        summary->steps = res.steps;
+        /* The steps this call trained: after a resume, not the ones
+         * before it (0 when the run was already complete). */
+        summary->steps = res.steps_run;
         summary->epochs = res.epochs;
         summary->last_loss = res.last_loss;
         summary->val_top1 = res.val_top1;
@@ -115,7 +130,7 @@ cl_status cl_train(const char *config_path, const char *config_text,
         if (s != CL_OK) {
             /* The loop fills its result only when it finishes; a stopped
              * or failed run reports what its events said. */
-            summary->steps = r.last_step;
+            summary->steps = r.last_step - r.first_step;
             summary->epochs = r.last_epoch;
             summary->last_loss = r.last_loss;
         }

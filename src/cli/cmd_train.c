@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/dist.h"
+#include "io/strbuf.h"
 #include "report/report.h"
+#include "train/train_config.h"
 
 static void usage(void)
 {
@@ -17,11 +19,14 @@ static void usage(void)
            "\n"
            "Trains a ResNet as the recipe says; any key of the recipe can be\n"
            "overridden on the command line (--lr 0.05, --epoch_size 2,\n"
-           "--resume run/resnet50-e3-s500.safetensors, --pretrained "
-           "w.safetensors).\n"
+           "--pretrained w.safetensors).\n"
+           "--resume run/resnet50-e3-s500.safetensors continues a run with\n"
+           "the config its checkpoint holds (a recipe and keys given apply\n"
+           "over it, and the log names each change).\n"
            "Under `mpirun -np N classic train ...` it trains data-parallel.\n"
            "Writes config.yaml, metrics.jsonl and checkpoints into\n"
-           "ckpt_save_dir.\n\nkeys:\n");
+           "ckpt_save_dir; a new run refuses a folder that holds another\n"
+           "run unless given --overwrite true.\n\nkeys:\n");
     cl_config_print_help(stdout);
 }
 
@@ -56,18 +61,27 @@ int cl_cmd_train(int argc, char **argv)
         usage();
         return 0;
     }
-    /* The recipe read here too, for the report's run directory, and so
-     * that a bad key fails before MPI starts. */
-    cl_config cfg;
-    cl_status s = cl_cli_config(argc, argv, NULL, &cfg);
-    if (s != CL_OK)
-        return cl_cli_fail("train", s);
+    const char *last = argv[argc - 1];
+    if (argc > 1 && (strcmp(last, "--config") == 0 || strcmp(last, "-c") == 0))
+        return cl_cli_fail("train",
+                           cl_error(CL_ERR_ARG, "--config needs a file name"));
     cl_cli_pairs p;
-    if ((s = cl_cli_pairs_collect(argc, argv, NULL, &p)) != CL_OK)
+    cl_status s = cl_cli_pairs_collect(argc, argv, NULL, &p);
+    if (s != CL_OK)
         return cl_cli_fail("train", s);
     const char *recipe = cl_cli_option(argc, argv, "--config");
     if (!recipe)
         recipe = cl_cli_option(argc, argv, "-c");
+    /* The config resolved here too (a resumed checkpoint's own under the
+     * keys given), for the report's run directory, and so that a bad key
+     * fails before MPI starts. */
+    cl_config cfg;
+    s = cl_train_config_resolve(&cfg, recipe, NULL, (const char *const *)p.kv,
+                                p.n, "command line", NULL);
+    if (s != CL_OK) {
+        cl_cli_pairs_free(&p);
+        return cl_cli_fail("train", s);
+    }
     cl_logger lg = cl_logger_default();
     lg.level = (cl_log_level)cfg.log_level;
     report_ctx rc = {&cfg, &lg};
@@ -87,9 +101,17 @@ int cl_cmd_train(int argc, char **argv)
         cl_dist_abort_job(1);
         return 1;
     }
+    if (res.rank == 0 && res.steps == 0) {
+        /* Resumed at its end (every run trains a step otherwise). */
+        printf("the run is complete: %s ends it (epoch %d); nothing was "
+               "left to train\n",
+               res.last_checkpoint, res.epochs);
+        return 0;
+    }
     if (res.rank == 0) {
         /* With a validation split the report also evaluates the final
-         * checkpoint (confusion matrix, misclassified images). */
+         * checkpoint (confusion matrix, misclassified images).  steps:
+         * those this process trained, not the resumed ones before. */
         write_report(&cfg, &lg, !isnan(res.val_top1));
         printf("trained %lld steps in %.1f s (%.1f img/s per process, "
                "data wait %.1f%%)\n",

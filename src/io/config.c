@@ -234,7 +234,8 @@ static const key keys[] = {
           "weights to initialise from: safetensors, PyTorch .pth or "
           "MindSpore .ckpt (\"\": random init)"),
     K_STR(resume, "",
-          "checkpoint to continue training from (optimizer state, epoch)"),
+          "checkpoint to continue training from (its config, optimizer "
+          "state, epoch; keys given override its config)"),
     K_BOOL(new_head, "false",
            "fine-tuning: the head keeps its fresh initialisation even when "
            "the pretrained one has its shape"),

@@ -8,6 +8,17 @@
 #include "io/safetensors.h"
 #include "train/train_state.h"
 
+void cl_train_state_path(const char *model_path, char *buf, size_t n)
+{
+    size_t len = strlen(model_path);
+    const char *ext = ".safetensors";
+    size_t el = strlen(ext);
+    if (len > el && strcmp(model_path + len - el, ext) == 0)
+        snprintf(buf, n, "%.*s.state%s", (int)(len - el), model_path, ext);
+    else
+        snprintf(buf, n, "%s.state", model_path);
+}
+
 cl_status cl_train_state_save(const char *path, const cl_graph *g,
                               const cl_optim *opt, const cl_ckpt_kv *meta,
                               int n_meta)

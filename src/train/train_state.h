@@ -8,6 +8,10 @@
 #include "io/checkpoint.h"
 #include "train/optim.h"
 
+/* The state file beside model checkpoint model_path: "x.safetensors" ->
+ * "x.state.safetensors" (another name gets ".state" appended). */
+void cl_train_state_path(const char *model_path, char *buf, size_t n);
+
 /* The training state: every optimizer state arena per parameter as
  * "<param>.<state>" (PyTorch's names: momentum_buffer, exp_avg,
  * exp_avg_sq), the per-segment step counters (segments in graph order) and

@@ -409,17 +409,6 @@ fail:
     return s;
 }
 
-static void state_path(const char *model_path, char *buf, size_t n)
-{
-    size_t len = strlen(model_path);
-    const char *ext = ".safetensors";
-    size_t el = strlen(ext);
-    if (len > el && strcmp(model_path + len - el, ext) == 0)
-        snprintf(buf, n, "%.*s.state%s", (int)(len - el), model_path, ext);
-    else
-        snprintf(buf, n, "%s.state", model_path);
-}
-
 static int accum_of(const cl_config *c)
 {
     return c->accumulation_steps > 0 ? c->accumulation_steps : 1;
@@ -517,7 +506,7 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
         snprintf(ema_n, sizeof ema_n, "%lld", (long long)r->ema.n_averaged);
         snprintf(ema_u, sizeof ema_u, "%lld", (long long)r->ema.n_updates);
     }
-    state_path(path, sp, sizeof sp);
+    cl_train_state_path(path, sp, sizeof sp);
     snprintf(ep, sizeof ep, "%lld", (long long)epoch);
     snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
     snprintf(st, sizeof st, "%lld", (long long)step);
@@ -545,7 +534,7 @@ static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
 static void remove_checkpoint(const char *path)
 {
     char sp[1024];
-    state_path(path, sp, sizeof sp);
+    cl_train_state_path(path, sp, sizeof sp);
     unlink(path);
     unlink(sp);
 }
@@ -673,7 +662,7 @@ static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
                          "resume: "));
     if (r->has_ema && r->ema.n_updates >= 0)
         cl_model_ema_set(&r->ema, &r->g); /* the file had no average */
-    state_path(path, sp, sizeof sp);
+    cl_train_state_path(path, sp, sizeof sp);
     if (access(sp, R_OK) != 0)
         return cl_error(CL_ERR_IO,
                         "resume: %s has no training state beside it (%s); "
@@ -1223,8 +1212,9 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
 
 /* What the loop carries from step to step. */
 typedef struct loop {
-    int64_t step; /* optimizer steps taken, resumed ones included */
-    cl_ema ema;   /* smoothed loss */
+    int64_t step;  /* optimizer steps taken, resumed ones included */
+    int64_t step0; /* the step this call started at */
+    cl_ema ema;    /* smoothed loss */
     double t_start, wait0;
     double t_epoch, t_mark, w_mark; /* epoch start; the last print's time */
     double comm_mark, hook_mark;    /* grad_wait, grad_ready s at last print */
@@ -1236,7 +1226,7 @@ typedef struct loop {
 static void loop_init(loop *lp, run *r, int64_t step)
 {
     memset(lp, 0, sizeof *lp);
-    lp->step = step;
+    lp->step = lp->step0 = step;
     cl_ema_init(&lp->ema, 0.98);
     lp->t_start = cl_time_now();
     lp->wait0 = cl_loader_wait_seconds(r->train_ld);
@@ -1396,6 +1386,7 @@ static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
                dt > 0 ? hook / dt : 0);
     cl_train_event e = {.kind = CL_TRAIN_EVENT_STEP,
                         .step = lp->step,
+                        .first_step = lp->step0,
                         .total_steps = total,
                         .epoch = epoch + 1,
                         .loss = lv[0],
@@ -1465,6 +1456,7 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
     }
     cl_train_event e = {.kind = CL_TRAIN_EVENT_EPOCH,
                         .step = lp->step,
+                        .first_step = lp->step0,
                         .total_steps = r->steps_per_epoch * cfg->epoch_size,
                         .epoch = epoch + 1,
                         .loss_avg = cl_ema_get(&lp->ema),
@@ -1519,6 +1511,20 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     int64_t epoch0 = 0, batch0 = 0, step = 0;
     if (cfg->resume[0] && (s = resume(&r, &epoch0, &batch0, &step)) != CL_OK)
         goto fail;
+    if (epoch0 >= cfg->epoch_size) {
+        /* Resumed at its end: every rank read the same state, so all
+         * stop here; nothing is written. */
+        cl_log(lg, CL_LOG_INFO,
+               "resume: %s is the end of the run (step %lld, epoch_size "
+               "%d): nothing is left to train",
+               cfg->resume, (long long)step, cfg->epoch_size);
+        res->steps = step;
+        res->epochs = cfg->epoch_size;
+        res->complete = 1;
+        snprintf(res->last_ckpt, sizeof res->last_ckpt, "%s", cfg->resume);
+        s = CL_OK;
+        goto fail;
+    }
     /* Every rank starts from rank 0's weights. */
     if (r.d && (s = cl_dist_broadcast_graph(r.d, &r.g, 0)) != CL_OK)
         goto fail;
@@ -1618,6 +1624,7 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     }
     res->seconds = cl_time_now() - lp.t_start;
     res->steps = lp.step;
+    res->steps_run = lp.step - step;
     res->last_loss = cl_ema_get(&lp.ema);
     res->img_per_s = res->seconds > 0 ? (double)lp.imgs / res->seconds : 0;
     res->data_wait_share =

@@ -10,10 +10,12 @@
 #include "io/config.h"
 
 typedef struct cl_train_result {
-    int64_t steps;    /* optimizer steps taken in total (incl. resumed) */
-    int epochs;       /* epochs completed */
-    double last_loss; /* smoothed training loss at the end */
-    double val_top1;  /* last evaluation, NaN if none */
+    int64_t steps;     /* optimizer steps taken in total (incl. resumed) */
+    int64_t steps_run; /* of those, the steps this call trained */
+    int complete;      /* resumed at the run's end: nothing was left to train */
+    int epochs;        /* epochs completed */
+    double last_loss;  /* smoothed training loss at the end */
+    double val_top1;   /* last evaluation, NaN if none */
     double val_top5;
     double val_loss;
     /* The same of the weights' average (ema), NaN without one. */
@@ -37,6 +39,7 @@ typedef enum cl_train_event_kind {
 typedef struct cl_train_event {
     cl_train_event_kind kind;
     int64_t step, total_steps; /* optimizer steps so far / in the run */
+    int64_t first_step;        /* where this call started (resumed), or 0 */
     int64_t epoch;             /* 1-based */
     double loss, loss_avg;     /* the global batch's; smoothed */
     double lr, img_s;          /* STEP: the step's lr, all ranks' img/s */
@@ -58,7 +61,8 @@ typedef struct cl_train_hooks {
  * writes files and logs (lg is used as given; pass a quiet logger on other
  * ranks).  A run that resumes nothing refuses a ckpt_save_dir holding
  * another run's config.yaml or metrics.jsonl (CL_ERR_CONFIG naming the
- * ways out), or with cfg->overwrite removes that run's files first.
+ * ways out), or with cfg->overwrite removes that run's files first.  A
+ * resume at the run's end trains nothing and sets res->complete.
  * CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
  * the step and the last good checkpoint).  While it runs, SIGINT and
  * SIGTERM are caught: the first stops the run after the current step with
