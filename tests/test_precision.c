@@ -228,7 +228,7 @@ CL_TEST(every_command_takes_precision)
     snprintf(a, sizeof a, "eval --checkpoint %s --precision bf16", ck);
     expect(a, bf ? 0 : 1, bf ? "precision bf16" : refusal);
     snprintf(a, sizeof a, "eval --checkpoint %s --amp O2", ck);
-    expect(a, 1, "amp_level is how a run trains");
+    expect(a, 2, "--amp does not apply to eval (it is how a run trains");
     /* embed records its precision in the gallery, and retrieve embeds
      * image queries at it unless told; --precision with --queries (rows
      * embedded already) is refused. */

@@ -190,8 +190,8 @@ static int setup(void)
         return -1;
     snprintf(args, sizeof args,
              "embed --checkpoint %s --out %s --dataset mnist --data_dir %s "
-             "--num_classes %d --split test --batch 2",
-             ck, cl_test_path("idx.safetensors"), cl_test_path("idx"), NCLS);
+             "--split test --batch 2",
+             ck, cl_test_path("idx.safetensors"), cl_test_path("idx"));
     return cl_test_classic(args) == 0 ? 0 : -1;
 }
 
@@ -271,19 +271,19 @@ CL_TEST(retrieve_matches_brute_force)
              cl_test_path("gallery.safetensors"),
              cl_test_path("val.safetensors"), K);
     REQUIRE(cl_test_classic(args) == 0);
-    /* One JSON object per line, per query, in the file's order. */
-    char *out = strdup(cl_test_out);
-    REQUIRE(out != NULL);
+    /* One JSON array, an object per query, in the file's order. */
+    cl_json_doc *all = NULL;
+    REQUIRE_OK(
+        cl_json_parse(&all, cl_test_out, strlen(cl_test_out), NULL, "out"));
+    REQUIRE(cl_json_root(all)->type == CL_JSON_ARR);
     int64_t order[NCLS * NTRAIN];
     double sim[NCLS * NTRAIN];
     int64_t i = 0;
     int hits1 = 0, hits2 = 0;
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        cl_json_doc *doc = NULL;
+    for (const cl_json *obj = cl_json_root(all)->child; obj; obj = obj->next) {
         REQUIRE(i < q.n);
-        REQUIRE_OK(cl_json_parse(&doc, line, strlen(line), NULL, "line"));
-        const cl_json *top = cl_json_get(cl_json_root(doc), "top");
-        const cl_json *qn = cl_json_get(cl_json_root(doc), "query");
+        const cl_json *top = cl_json_get(obj, "top");
+        const cl_json *qn = cl_json_get(obj, "query");
         CHECK(qn && strstr(qn->str, "/img/val/c") != NULL);
         CHECK(top && top->count == (size_t)K);
         brute_force(&g, q.f + i * q.dim, order, sim);
@@ -307,11 +307,10 @@ CL_TEST(retrieve_matches_brute_force)
         }
         hits1 += g.lab[order[0]] == q.lab[i];
         hits2 += g.lab[order[0]] == q.lab[i] || g.lab[order[1]] == q.lab[i];
-        cl_json_free(doc);
         i++;
     }
     CHECK(i == q.n);
-    free(out);
+    cl_json_free(all);
     /* recall@1 and @2 as the brute force counts them. */
     snprintf(args, sizeof args,
              "retrieve --gallery %s --queries %s --recall 1,2 --json",
@@ -356,26 +355,24 @@ CL_TEST(retrieve_image_queries)
     snprintf(args, sizeof args, "retrieve --gallery %s --top 2 --json %s %s",
              cl_test_path("gallery.safetensors"), img, img2);
     REQUIRE(cl_test_classic(args) == 0);
-    char *out = strdup(cl_test_out);
-    REQUIRE(out != NULL);
+    cl_json_doc *all = NULL;
+    REQUIRE_OK(
+        cl_json_parse(&all, cl_test_out, strlen(cl_test_out), NULL, "out"));
+    REQUIRE(cl_json_root(all)->type == CL_JSON_ARR);
     const char *want[2] = {img, img2};
     int n = 0;
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        cl_json_doc *doc = NULL;
+    for (const cl_json *obj = cl_json_root(all)->child; obj; obj = obj->next) {
         REQUIRE(n < 2);
-        REQUIRE_OK(cl_json_parse(&doc, line, strlen(line), NULL, "line"));
-        const cl_json *top = cl_json_get(cl_json_root(doc), "top");
+        const cl_json *top = cl_json_get(obj, "top");
         REQUIRE(top && top->count == 2);
-        CHECK(strcmp(cl_json_get(cl_json_root(doc), "query")->str, want[n]) ==
-              0);
+        CHECK(strcmp(cl_json_get(obj, "query")->str, want[n]) == 0);
         CHECK(strcmp(cl_json_get(top->child, "name")->str, want[n]) == 0);
         CHECK(cl_json_get(top->child, "similarity")->num > 0.9999);
         CHECK(cl_json_get(top->child, "label")->i == n + 1);
-        cl_json_free(doc);
         n++;
     }
     CHECK(n == 2);
-    free(out);
+    cl_json_free(all);
     /* Text output, and --checkpoint given explicitly. */
     snprintf(args, sizeof args, "retrieve --gallery %s --checkpoint %s %s",
              cl_test_path("gallery.safetensors"),

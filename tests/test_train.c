@@ -57,7 +57,7 @@ CL_TEST(overfit_smoke)
     CHECK(tail / 5 < 0.15);
     /* And eval with the running BN statistics agrees (same images). */
     snprintf(args, sizeof args,
-             "eval --checkpoint %s --split train --limit_val 128 --batch 32",
+             "eval --checkpoint %s --split train --limit_train 128 --batch 32",
              cl_test_path("overfit/resnet18-last.safetensors"));
     REQUIRE(cl_test_classic(args) == 0);
     const char *t = strstr(cl_test_out, "top-1 ");

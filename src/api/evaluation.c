@@ -1,6 +1,8 @@
 /* The public evaluation API: a checkpoint over a dataset split (what
  * `classic eval` and `classic embed` run), its metrics, and its features as
  * the gallery `classic retrieve` searches. */
+/* realpath (the gallery's absolute checkpoint path) is XSI. */
+#define _XOPEN_SOURCE 700
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,18 +61,23 @@ static cl_status keep_room(cl_evaluation *e)
     return e->feat && e->labels && e->indices ? CL_OK : CL_ERR_NOMEM;
 }
 
-/* Non-zero when override kv ("key=value") sets amp_level, in any of the
- * spellings cl_config_set takes (amp, amp_level, amp-level). */
-static int is_amp_key(const char *kv)
+/* Non-zero when override kv ("key=value") sets key `want`, in either
+ * spelling cl_config_set takes (amp_level, amp-level). */
+static int sets_key(const char *kv, const char *want)
 {
-    char key[16];
+    char key[32];
     size_t n = strcspn(kv, "=");
     if (n >= sizeof key)
         return 0;
     for (size_t i = 0; i < n; i++)
         key[i] = kv[i] == '-' ? '_' : kv[i];
     key[n] = '\0';
-    return strcmp(key, "amp") == 0 || strcmp(key, "amp_level") == 0;
+    return strcmp(key, want) == 0;
+}
+
+static int is_amp_key(const char *kv)
+{
+    return sets_key(kv, "amp") || sets_key(kv, "amp_level");
 }
 
 static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
@@ -105,6 +112,17 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
                             "evaluation runs at a precision (--precision "
                             "bf16, or f32 by default)",
                             fn, o->overrides[i]);
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(o->overrides[i], "="),
+                 o->overrides[i]);
+        if (!cl_eval_key_applies(key))
+            return cl_error(CL_ERR_ARG,
+                            "%s: '%s' does not apply to an evaluation: the "
+                            "checkpoint fixes the network and its training; "
+                            "the data keys (dataset, data_dir, splits, "
+                            "limits, workers), crop_pct, interpolation, "
+                            "eval_hflip and load_ema do",
+                            fn, key);
     }
     if (o->distributed)
         CL_TRY(cl_dist_init(&e->d, NULL, NULL));
@@ -113,8 +131,27 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
                                  CL_PLAN_INFER, 0, !pick.load_ema, prec));
     for (int i = 0; i < o->n_overrides; i++)
         CL_TRY(cl_config_set_pair(&e->m.cfg, o->overrides[i], fn));
-    if (o->split)
+    /* Weights without classic's metadata (.pth, plain safetensors) carry
+     * no dataset: the placeholder folder would fail with a path the user
+     * never gave. */
+    int data_given = 0;
+    for (int i = 0; i < o->n_overrides; i++)
+        data_given |= sets_key(o->overrides[i], "dataset") ||
+                      sets_key(o->overrides[i], "data_dir");
+    if (e->m.foreign && !data_given)
+        return cl_error(CL_ERR_ARG,
+                        "%s holds weights only and names no dataset: give "
+                        "the data to evaluate with --dataset and --data_dir "
+                        "(overrides dataset=, data_dir=)",
+                        path);
+    /* The sample limit follows the split: limit_train for the training
+     * split, limit_val otherwise, as training reads them. */
+    if (o->split) {
+        if (strcmp(o->split, e->m.cfg.train_split) == 0 &&
+            strcmp(o->split, e->m.cfg.val_split) != 0)
+            e->m.cfg.limit_val = e->m.cfg.limit_train;
         snprintf(e->m.cfg.val_split, sizeof e->m.cfg.val_split, "%s", o->split);
+    }
     e->hflip = e->m.cfg.eval_hflip;
     CL_TRY(cl_model_data_open(&e->m, batch, e->d.size, e->d.rank, &e->md));
     CL_TRY(cl_metrics_init(&e->met, e->m.num_classes));
@@ -285,7 +322,13 @@ static cl_status add_meta(cl_st_writer *w, const cl_evaluation *e,
                              cl_strbuf_str(classes)));
     CL_TRY(cl_st_writer_meta(w, CL_GALLERY_META_PRECISION,
                              cl_precision_name(e->m.precision)));
-    return cl_st_writer_meta(w, CL_GALLERY_META_CHECKPOINT, e->path);
+    /* Absolute, so that `classic retrieve` finds the checkpoint from any
+     * folder; the path as given when it cannot be resolved. */
+    char *abs = realpath(e->path, NULL);
+    cl_status s =
+        cl_st_writer_meta(w, CL_GALLERY_META_CHECKPOINT, abs ? abs : e->path);
+    free(abs);
+    return s;
 }
 
 cl_status cl_evaluation_save_features(const cl_evaluation *e, const char *path)

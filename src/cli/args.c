@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/cli.h"
 #include "core/error.h"
+#include "train/evaluate.h"
 
 int cl_cli_is_help(int argc, char **argv)
 {
@@ -142,6 +143,53 @@ int cl_cli_precision(int argc, char **argv, const char *what, const char **out)
     cl_status s = cl_precision_parse(*out, &p);
     if (s != CL_OK) {
         cl_cli_fail(what, s);
+        return 2;
+    }
+    return 0;
+}
+
+static int listed(const char *const *list, const char *a, size_t n)
+{
+    for (int k = 0; list && list[k]; k++)
+        if (strlen(list[k]) == n && strncmp(list[k], a, n) == 0)
+            return 1;
+    return 0;
+}
+
+int cl_cli_refuse_options(int argc, char **argv, const char *what,
+                          const char *const *own, const char *const *flags,
+                          int recipe_keys)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            continue;
+        size_t n = strcspn(a, "="); /* --key=value */
+        int inline_value = a[n] == '=';
+        /* The command's own options are spelled `--name value` only. */
+        if (!inline_value && listed(flags, a, n))
+            continue;
+        if (!inline_value && listed(own, a, n)) {
+            i++;
+            continue;
+        }
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(n - 2), a + 2);
+        if (recipe_keys && n - 2 < sizeof key && cl_eval_key_applies(key)) {
+            i += !inline_value;
+            continue;
+        }
+        /* amp is the one such key whose inference meaning users look
+         * for: say where it went. */
+        int amp = strcmp(key, "amp") == 0 || strcmp(key, "amp_level") == 0;
+        fprintf(stderr,
+                "classic %s: --%s does not apply to %s (%s`classic %s --help` "
+                "lists what does)\n",
+                what, key, what,
+                amp ? "it is how a run trains, and a trained model runs at "
+                      "--precision; "
+                    : "",
+                what);
         return 2;
     }
     return 0;

@@ -40,6 +40,16 @@ const char *cl_cli_option(int argc, char **argv, const char *name);
  * the key when the value is no boolean, else 0. */
 int cl_cli_raw_weights(int argc, char **argv, const char *what, int *raw);
 
+/* One rule for options a command does not use: the first `--name` that is
+ * neither one of own (each taking a value), nor of flags (taking none, may
+ * be NULL), nor -- with recipe_keys -- a recipe key that applies to
+ * evaluating a checkpoint (cl_eval_key_applies) is refused with "classic
+ * <what>: --name does not apply to <what> (...)".  Returns 2 then, else
+ * 0.  Arguments not starting with "--" are left to the command. */
+int cl_cli_refuse_options(int argc, char **argv, const char *what,
+                          const char *const *own, const char *const *flags,
+                          int recipe_keys);
+
 /* `--precision f32|bf16` among the arguments into *out (NULL when absent,
  * the API's default, f32).  Returns 2 after a message naming the choices
  * when the value is neither, else 0. */
@@ -57,5 +67,6 @@ int cl_cmd_info(int argc, char **argv);
 int cl_cmd_export(int argc, char **argv);
 int cl_cmd_convert(int argc, char **argv);
 int cl_cmd_report(int argc, char **argv);
+int cl_cmd_serve(int argc, char **argv);
 
 #endif

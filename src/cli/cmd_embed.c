@@ -23,7 +23,10 @@ static void usage(void)
         "checkpoint: the gallery `classic retrieve` searches.\n"
         "FILE may be a PyTorch .pth or a plain safetensors file (arch "
         "inferred\nor checked against --arch; give the data with "
-        "--dataset and --data_dir).\n--precision bf16 computes the features in "
+        "--dataset and --data_dir).\n--key value takes the keys `classic eval` "
+        "takes (data and evaluation);\nthe split's own limit applies "
+        "(limit_train for the training split).\n--precision bf16 computes the "
+        "features in "
         "bf16 (docs/deploy.md); the file\nrecords it, and `classic "
         "retrieve` embeds its queries the same way.\n");
 }
@@ -50,7 +53,8 @@ int cl_cmd_embed(int argc, char **argv)
     if (batch < 1)
         batch = 100;
     const char *precision = NULL;
-    if (cl_cli_precision(argc, argv, "embed", &precision))
+    if (cl_cli_refuse_options(argc, argv, "embed", own, NULL, 1) ||
+        cl_cli_precision(argc, argv, "embed", &precision))
         return 2;
     cl_cli_pairs p;
     cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);

@@ -10,24 +10,27 @@
 
 static void usage(void)
 {
-    printf("usage: classic eval --checkpoint FILE [--batch N] [--split "
-           "test|train]\n"
-           "                    [--csv confusion.csv] [--backend onednn|ref] "
-           "[--key value ...]\n"
-           "                    [--arch ARCH] [--precision f32|bf16]\n\n"
-           "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
-           "the\nconfusion matrix.  Data and eval transforms come from the "
-           "checkpoint's\nrecipe; --key value overrides it (e.g. --data_dir, "
-           "--limit_val,\n--eval_hflip true for flip test-time "
-           "augmentation).\nUnder mpirun the split is sharded and the counts "
-           "summed: every sample\nis counted exactly once.  FILE may be a "
-           "PyTorch .pth or a plain safetensors\nfile (arch inferred or "
-           "checked against --arch; give the data with --dataset\nand "
-           "--data_dir).\nA checkpoint of a run with ema: true is scored with "
-           "its EMA weights;\n--load_ema false scores its raw "
-           "weights.\n--precision "
-           "bf16 scores in bf16 (docs/deploy.md); the recipe's amp_level,\n"
-           "how the run trained, is refused here.\n");
+    printf(
+        "usage: classic eval --checkpoint FILE [--batch N] [--split "
+        "test|train]\n"
+        "                    [--csv confusion.csv] [--backend onednn|ref] "
+        "[--key value ...]\n"
+        "                    [--arch ARCH] [--precision f32|bf16]\n\n"
+        "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
+        "the\nconfusion matrix.  Data and eval transforms come from the "
+        "checkpoint's\nrecipe; --key value overrides its data and evaluation "
+        "keys: dataset,\ndata_dir, train_split, val_split, limit_val, "
+        "limit_train, class_indexing,\non_bad_image, num_parallel_workers, "
+        "prefetch, crop_pct, interpolation,\neval_hflip (true: flip "
+        "test-time augmentation), load_ema, log_level;\nany other option "
+        "is refused.\nUnder mpirun the split is sharded and the counts "
+        "summed: every sample\nis counted exactly once.  FILE may be a "
+        "PyTorch .pth or a plain safetensors\nfile (arch inferred or "
+        "checked against --arch; give the data with --dataset\nand "
+        "--data_dir).\nA checkpoint of a run with ema: true is scored with "
+        "its EMA weights;\n--load_ema false scores its raw "
+        "weights.\n--precision "
+        "bf16 scores in bf16 (docs/deploy.md).\n");
 }
 
 static const char *const own[] = {"--checkpoint", "--batch",   "--split",
@@ -53,7 +56,8 @@ int cl_cmd_eval(int argc, char **argv)
         return 2;
     }
     const char *precision = NULL;
-    if (cl_cli_precision(argc, argv, "eval", &precision))
+    if (cl_cli_refuse_options(argc, argv, "eval", own, NULL, 1) ||
+        cl_cli_precision(argc, argv, "eval", &precision))
         return 2;
     cl_cli_pairs p;
     cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);

@@ -40,13 +40,14 @@ int cl_cmd_export(int argc, char **argv)
     const char *out = cl_cli_option(argc, argv, "--onnx");
     const char *batch_s = cl_cli_option(argc, argv, "--batch");
     const char *arch = cl_cli_option(argc, argv, "--arch");
+    static const char *const own[] = {
+        "--checkpoint", "--onnx",      "--batch", "--arch",
+        "--load_ema",   "--precision", NULL};
+    if (cl_cli_refuse_options(argc, argv, "export", own, NULL, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--checkpoint") == 0 ||
-            strcmp(argv[i], "--onnx") == 0 || strcmp(argv[i], "--batch") == 0 ||
-            strcmp(argv[i], "--arch") == 0 ||
-            strcmp(argv[i], "--load_ema") == 0 ||
-            strcmp(argv[i], "--precision") == 0)
-            i++;
+        if (strncmp(argv[i], "--", 2) == 0)
+            i++; /* an option of own and its value */
         else {
             fprintf(stderr, "classic: export: unexpected argument %s\n",
                     argv[i]);

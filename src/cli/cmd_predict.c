@@ -26,12 +26,18 @@ static void usage(void)
            "takes its raw weights.\n--precision bf16 runs bf16 weights and "
            "activations: about twice "
            "as fast on\nCPUs with avx512_bf16 or AMX, refused elsewhere; f32 "
-           "by default\n(docs/deploy.md).\n");
+           "by default\n(docs/deploy.md).\n--json prints one JSON array with "
+           "an object per image, in the order given:\n{\"file\": ..., \"top\": "
+           "[{\"class\", \"index\", \"prob\"}, ...]}, or {\"file\": ..., "
+           "\"error\": ...}\nfor an image that failed (the exit status is "
+           "then 1).\n");
 }
 
 static const char *const own[] = {
     "--checkpoint", "--top",       "--backend", "--arch",
     "--load_ema",   "--precision", NULL};
+
+static const char *const flags[] = {"--json", NULL};
 
 static int is_own(const char *a)
 {
@@ -41,8 +47,35 @@ static int is_own(const char *a)
     return 0;
 }
 
+/* Prints `"file":"<path>"` as the start of a JSON object. */
+static void json_file(const char *path)
+{
+    cl_strbuf b;
+    cl_strbuf_init(&b);
+    cl_strbuf_add_json_str(&b, path, strlen(path));
+    printf("{\"file\":%s", b.failed ? "\"\"" : cl_strbuf_str(&b));
+    cl_strbuf_free(&b);
+}
+
+/* A file that failed (why: its sentence, already on stderr): with --json
+ * an object in its place, so that the array keeps one entry per file in
+ * the order given. */
+static void print_error(const char *path, const char *why, int json, int first)
+{
+    if (!json)
+        return;
+    if (!first)
+        printf(",\n");
+    cl_strbuf b;
+    cl_strbuf_init(&b);
+    cl_strbuf_add_json_str(&b, why, strlen(why));
+    json_file(path);
+    printf(",\"error\":%s}", b.failed ? "\"\"" : cl_strbuf_str(&b));
+    cl_strbuf_free(&b);
+}
+
 /* Prints the top classes of one file (its probabilities in probs) as text
- * or one JSON object. */
+ * or one JSON object of the array. */
 static cl_status print_one(cl_classifier *c, const char *path, int top,
                            int json, const float *probs, cl_prediction *best,
                            int first)
@@ -50,10 +83,14 @@ static cl_status print_one(cl_classifier *c, const char *path, int top,
     int n = cl_classifier_top_k(c, probs, top, best);
     if (n < 0)
         return (cl_status)n;
-    if (json)
-        printf("%s{\"file\":\"%s\",\"top\":[", first ? "" : ",\n", path);
-    else
+    if (json) {
+        if (!first)
+            printf(",\n");
+        json_file(path);
+        printf(",\"top\":[");
+    } else {
         printf("%s\n", path);
+    }
     for (int t = 0; t < n; t++) {
         if (json) {
             cl_strbuf b;
@@ -93,10 +130,9 @@ int cl_cmd_predict(int argc, char **argv)
             i++;
         else if (strcmp(argv[i], "--json") == 0)
             json = 1;
-        else if (strncmp(argv[i], "--", 2) == 0) {
-            fprintf(stderr, "classic: predict: unknown option %s\n", argv[i]);
-            return 2;
-        } else
+        else if (strncmp(argv[i], "--", 2) == 0)
+            return cl_cli_refuse_options(argc, argv, "predict", own, flags, 0);
+        else
             n_images++;
     }
     if (!ckpt || n_images == 0) {
@@ -124,7 +160,7 @@ int cl_cmd_predict(int argc, char **argv)
     float *probs = malloc((size_t)K * PREDICT_CHUNK * sizeof(float));
     cl_prediction *best = malloc((size_t)K * sizeof(cl_prediction));
     const char **paths = malloc((size_t)n_images * sizeof *paths);
-    char ok[PREDICT_CHUNK];
+    char ok[PREDICT_CHUNK], why[PREDICT_CHUNK][512];
     int failed = 0, first = 1, n = 0;
     if (!probs || !best || !paths) {
         free(probs);
@@ -150,13 +186,17 @@ int cl_cmd_predict(int argc, char **argv)
                                                 probs + (size_t)j * K);
                 if (s != CL_OK) {
                     fprintf(stderr, "classic: predict: %s\n", cl_last_error());
+                    snprintf(why[j], sizeof why[j], "%s", cl_last_error());
                     ok[j] = 0;
                     failed = 1;
                 }
             }
         for (int j = 0; j < nb; j++) {
-            if (!ok[j])
+            if (!ok[j]) {
+                print_error(paths[i0 + j], why[j], json, first);
+                first = 0;
                 continue;
+            }
             s = print_one(c, paths[i0 + j], top, json, probs + (size_t)j * K,
                           best, first);
             first = 0;
@@ -165,6 +205,7 @@ int cl_cmd_predict(int argc, char **argv)
                 failed = 1;
             }
         }
+        fflush(stdout);
     }
     if (json)
         printf("]\n");

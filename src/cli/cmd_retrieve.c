@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/error.h"
@@ -32,12 +33,16 @@ static void usage(void)
            "rows of another features file\ninstead; with --recall it prints "
            "recall@k for each k listed: the share\nof queries with a gallery "
            "row of their label among their k nearest.\n--json prints one JSON "
-           "object per query (per line), or one for the\nrecall.\n");
+           "array with an object per query (an image that\nfailed: "
+           "{\"query\", \"error\"} in its place), or one object for the "
+           "recall.\n");
 }
 
 static const char *const own[] = {"--gallery",   "--top",     "--checkpoint",
                                   "--arch",      "--queries", "--recall",
                                   "--precision", NULL};
+
+static const char *const flags[] = {"--json", NULL};
 
 static int is_own(const char *a)
 {
@@ -47,9 +52,11 @@ static int is_own(const char *a)
     return 0;
 }
 
-/* The k results of one query: a block of text or one JSON line. */
+/* The k results of one query: a block of text or one object of the JSON
+ * array (first: the array's first). */
 static void print_query(const cl_gallery *g, const char *query, int64_t qlabel,
-                        const int64_t *idx, const float *sim, int k, int json)
+                        const int64_t *idx, const float *sim, int k, int json,
+                        int first)
 {
     char buf[160];
     if (!json) {
@@ -91,7 +98,22 @@ static void print_query(const cl_gallery *g, const char *query, int64_t qlabel,
         cl_strbuf_addc(&b, '}');
     }
     cl_strbuf_adds(&b, "]}");
-    printf("%s\n", b.failed ? "{}" : cl_strbuf_str(&b));
+    printf("%s%s", first ? "" : ",\n", b.failed ? "{}" : cl_strbuf_str(&b));
+    cl_strbuf_free(&b);
+}
+
+/* {"query": ..., "error": why} in the JSON array, for a query that
+ * failed. */
+static void print_failed(const char *query, const char *why, int first)
+{
+    cl_strbuf b;
+    cl_strbuf_init(&b);
+    cl_strbuf_adds(&b, "{\"query\":");
+    cl_strbuf_add_json_str(&b, query, strlen(query));
+    cl_strbuf_adds(&b, ",\"error\":");
+    cl_strbuf_add_json_str(&b, why, strlen(why));
+    cl_strbuf_addc(&b, '}');
+    printf("%s%s", first ? "" : ",\n", b.failed ? "{}" : cl_strbuf_str(&b));
     cl_strbuf_free(&b);
 }
 
@@ -153,10 +175,14 @@ static int from_features(const cl_gallery *g, const char *path, int top,
         goto done;
     if (!recall) {
         char buf[160];
+        if (json)
+            printf("[");
         for (int64_t i = 0; i < q.n; i++)
             print_query(g, cl_gallery_row_name(&q, i, buf, sizeof buf),
                         q.labels[i], idx + (size_t)i * kmax,
-                        sim + (size_t)i * kmax, kmax, json);
+                        sim + (size_t)i * kmax, kmax, json, i == 0);
+        if (json)
+            printf("]\n");
         goto done;
     }
     if (json)
@@ -204,7 +230,7 @@ static int from_images(const cl_gallery *g, int argc, char **argv,
         return cl_cli_fail("retrieve", s);
     float *x = NULL, *q = NULL, *sim = NULL;
     int64_t *idx = NULL;
-    int failed = 0;
+    int failed = 0, first = 1;
     if (cl_model_feature_dim(&m) != g->dim) {
         s = cl_error(CL_ERR_SHAPE,
                      "%s gives %d features per image but the gallery has %d "
@@ -220,6 +246,8 @@ static int from_images(const cl_gallery *g, int argc, char **argv,
         s = CL_ERR_NOMEM;
         goto done;
     }
+    if (json)
+        printf("[");
     for (int i = 1; i < argc; i++) {
         if (is_own(argv[i])) {
             i++;
@@ -235,10 +263,16 @@ static int from_images(const cl_gallery *g, int argc, char **argv,
         if (e != CL_OK) {
             fprintf(stderr, "classic: retrieve: %s\n", cl_last_error());
             failed = 1;
+            if (json) /* the query's entry in its place, as predict's */
+                print_failed(argv[i], cl_last_error(), first);
+            first = 0;
             continue;
         }
-        print_query(g, argv[i], -1, idx, sim, top, json);
+        print_query(g, argv[i], -1, idx, sim, top, json, first);
+        first = 0;
     }
+    if (json)
+        printf("]\n");
 done:
     cl_free(x);
     cl_free(q);
@@ -248,6 +282,20 @@ done:
     if (s != CL_OK)
         return cl_cli_fail("retrieve", s);
     return failed;
+}
+
+/* The checkpoint the gallery names: embed stores it absolute; a relative
+ * path (a gallery written before that) is tried from the current folder,
+ * then from the gallery's own folder. */
+static const char *gallery_checkpoint(const cl_gallery *g, const char *gpath,
+                                      char *buf, size_t n)
+{
+    const char *ck = g->checkpoint;
+    const char *slash = strrchr(gpath, '/');
+    if (!ck[0] || ck[0] == '/' || access(ck, F_OK) == 0 || !slash)
+        return ck;
+    snprintf(buf, n, "%.*s/%s", (int)(slash - gpath), gpath, ck);
+    return access(buf, F_OK) == 0 ? buf : ck;
 }
 
 int cl_cmd_retrieve(int argc, char **argv)
@@ -272,8 +320,7 @@ int cl_cmd_retrieve(int argc, char **argv)
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strncmp(argv[i], "--", 2) == 0) {
-            fprintf(stderr, "classic: retrieve: unknown option %s\n", argv[i]);
-            return 2;
+            return cl_cli_refuse_options(argc, argv, "retrieve", own, flags, 0);
         } else {
             n_images++;
         }
@@ -311,7 +358,10 @@ int cl_cmd_retrieve(int argc, char **argv)
         rc = from_features(&g, queries, top, recall, json);
     } else {
         const char *ckpt = cl_cli_option(argc, argv, "--checkpoint");
-        rc = from_images(&g, argc, argv, ckpt ? ckpt : g.checkpoint,
+        char near[2200];
+        if (!ckpt)
+            ckpt = gallery_checkpoint(&g, gpath, near, sizeof near);
+        rc = from_images(&g, argc, argv, ckpt,
                          cl_cli_option(argc, argv, "--arch"), top, json,
                          precision);
     }

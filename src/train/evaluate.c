@@ -129,3 +129,33 @@ fail:
     cl_free(tmp);
     return s;
 }
+
+int cl_eval_key_applies(const char *key)
+{
+    static const char *const keys[] = {"dataset",
+                                       "data_dir",
+                                       "train_split",
+                                       "val_split",
+                                       "class_indexing",
+                                       "limit_train",
+                                       "limit_val",
+                                       "on_bad_image",
+                                       "num_parallel_workers",
+                                       "prefetch",
+                                       "crop_pct",
+                                       "eval_hflip",
+                                       "interpolation",
+                                       "load_ema",
+                                       "log_level",
+                                       NULL};
+    char norm[64];
+    size_t n = strlen(key);
+    if (n >= sizeof norm)
+        return 0;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = key[i] == '-' ? '_' : key[i];
+    for (int k = 0; keys[k]; k++)
+        if (strcmp(norm, keys[k]) == 0)
+            return 1;
+    return 0;
+}

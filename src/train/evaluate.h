@@ -21,6 +21,13 @@ typedef void (*cl_eval_features_fn)(void *ctx, int64_t index, const float *row,
 cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
                       int hflip, cl_eval_features_fn on_features, void *ctx);
 
+/* Non-zero when recipe key `key` (either spelling, '-' or '_') can change
+ * how a trained checkpoint is evaluated: where the data is and how it is
+ * read and preprocessed for evaluation, and which weights are read.  Every
+ * other key (the network, the optimizer, the training loop) is fixed by the
+ * checkpoint or has no meaning there, and eval and embed refuse it. */
+int cl_eval_key_applies(const char *key);
+
 /* out <- x with each of its rows of w values reversed (NCHW: rows = N*C*H). */
 void cl_eval_mirror(const float *x, float *out, int64_t rows, int w);
 

@@ -1,0 +1,213 @@
+/* What a new user hits running a trained model from the shell: one rule
+ * for options a command does not use, --json output that keeps a failed
+ * file in its place, a gallery that works from any folder, the sample
+ * limit that follows the split, and weights that name no dataset.
+ * ctest-labels: cli */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "test_data_fixtures.h"
+
+/* A one-epoch resnet18 on an ImageFolder (classes a and b: 16 training
+ * and 6 validation JPEGs) in the test's folder; its model file's path
+ * relative to that folder ("run/resnet18-last.safetensors"), or NULL. */
+static const char *tiny_run(void)
+{
+    char root[1024], args[4000];
+    snprintf(root, sizeof root, "%s", cl_test_path("folder"));
+    if (fx_image_split(root, "train", 16) != 0 ||
+        fx_image_split(root, "val", 6) != 0)
+        return NULL;
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s --model resnet18 "
+             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
+             "--num_parallel_workers 0 --seed 3 --ckpt_save_dir %s "
+             "--log_level error",
+             root, cl_test_path("run"));
+    if (cl_test_classic(args) != 0)
+        return NULL;
+    return "run/resnet18-last.safetensors";
+}
+
+/* Runs `cd <test folder> && classic <args>` with stdout alone into
+ * out.txt (stderr into err.txt); the exit status. */
+static int run_here(const char *args)
+{
+    char cmd[6000];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && OMP_NUM_THREADS=2 %s %s >out.txt "
+             "2>err.txt",
+             cl_test_tmpdir(), cl_test_classic_bin(), args);
+    return cl_test_run(cmd);
+}
+
+CL_TEST(options_that_do_not_apply_are_refused_alike)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* --num_classes against a checkpoint that fixes it, and a typo: the
+     * same sentence and exit status 2 on every command. */
+    const char *cmds[][2] = {
+        {"predict", "predict --checkpoint %s folder/val/a/0.jpg"},
+        {"eval", "eval --checkpoint %s"},
+        {"embed", "embed --checkpoint %s --out g.safetensors"},
+        {"export", "export --checkpoint %s --onnx m.onnx"},
+        {"retrieve", "retrieve --gallery %s folder/val/a/0.jpg"}};
+    const char *opts[] = {"--num_classes 1000", "--limit_vall 3", "--lr=0.1"};
+    for (int c = 0; c < 5; c++)
+        for (int o = 0; o < 3; o++) {
+            char base[2000], args[2100], want[200];
+            snprintf(base, sizeof base, cmds[c][1], ck);
+            snprintf(args, sizeof args, "%s %s", base, opts[o]);
+            int rc = run_here(args);
+            const char *err = cl_test_slurp(cl_test_path("err.txt"));
+            char key[32];
+            snprintf(key, sizeof key, "%.*s", (int)strcspn(opts[o] + 2, " ="),
+                     opts[o] + 2);
+            snprintf(want, sizeof want, "classic %s: --%s does not apply to %s",
+                     cmds[c][0], key, cmds[c][0]);
+            if (rc != 2 || !err || !strstr(err, want))
+                cl_test_fail(__FILE__, __LINE__,
+                             "classic %s: exit %d, stderr:\n%s\n(expected 2 "
+                             "and \"%s\")",
+                             args, rc, err ? err : "", want);
+        }
+    /* What applies still does: data keys on eval, in both spellings. */
+    char args[2000];
+    snprintf(args, sizeof args,
+             "eval --checkpoint %s --limit_val 4 --eval-hflip true "
+             "--num_parallel_workers=1",
+             ck);
+    CHECK(run_here(args) == 0);
+    CHECK(strstr(cl_test_slurp(cl_test_path("out.txt")),
+                 "(4 samples, averaged with their mirrors)") != NULL);
+}
+
+CL_TEST(predict_json_keeps_a_failed_file_in_its_place)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    FILE *f = fopen(cl_test_path("text.png"), "w");
+    REQUIRE(f != NULL);
+    fputs("not a picture\n", f);
+    fclose(f);
+    char args[2000];
+    snprintf(args, sizeof args,
+             "predict --checkpoint %s --json --top 2 folder/val/a/0.jpg "
+             "text.png folder/val/b/1.jpg missing.png",
+             ck);
+    CHECK(run_here(args) == 1);
+    const char *out = cl_test_slurp(cl_test_path("out.txt"));
+    REQUIRE(out != NULL);
+    cl_json_doc *doc = NULL;
+    REQUIRE_OK(cl_json_parse(&doc, out, strlen(out), NULL, "out.txt"));
+    const cl_json *r = cl_json_root(doc);
+    REQUIRE(r->type == CL_JSON_ARR && r->count == 4);
+    const char *files[] = {"folder/val/a/0.jpg", "text.png",
+                           "folder/val/b/1.jpg", "missing.png"};
+    int i = 0;
+    for (const cl_json *e = r->child; e; e = e->next, i++) {
+        CHECK(strcmp(cl_json_get(e, "file")->str, files[i]) == 0);
+        const cl_json *top = cl_json_get(e, "top");
+        const cl_json *err = cl_json_get(e, "error");
+        CHECK((i % 2 == 0) == (top && top->count == 2 && !err));
+        CHECK((i % 2 == 1) == (err && !top));
+        if (err)
+            CHECK(strstr(err->str, files[i]) != NULL);
+    }
+    cl_json_free(doc);
+    /* The sentences go to stderr as well. */
+    const char *err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "text.png") && strstr(err, "missing.png"));
+}
+
+CL_TEST(a_gallery_works_from_any_folder)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* Embedded with a relative checkpoint path, searched from elsewhere. */
+    char args[3000];
+    snprintf(args, sizeof args,
+             "embed --checkpoint %s --out g.safetensors --split train", ck);
+    REQUIRE(run_here(args) == 0);
+    char cmd[4000];
+    snprintf(cmd, sizeof cmd,
+             "cd / && OMP_NUM_THREADS=2 %s retrieve --gallery %s --top 1 "
+             "%s >%s 2>&1",
+             cl_test_classic_bin(), cl_test_path("g.safetensors"),
+             cl_test_path("folder/train/a/0.jpg"), cl_test_path("out.txt"));
+    int rc = cl_test_run(cmd);
+    const char *out = cl_test_slurp(cl_test_path("out.txt"));
+    CHECK(rc == 0);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out ? out : "");
+    CHECK(out && strstr(out, "   1. ") != NULL);
+    /* The file names its checkpoint by an absolute path. */
+    cl_st_file *f = NULL;
+    REQUIRE_OK(cl_st_open(&f, cl_test_path("g.safetensors")));
+    const char *m = cl_st_metadata(f, "checkpoint");
+    CHECK(m && m[0] == '/' && strstr(m, ck) != NULL);
+    cl_st_close(f);
+}
+
+CL_TEST(the_sample_limit_follows_the_split)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    char args[2000];
+    snprintf(args, sizeof args,
+             "embed --checkpoint %s --out t.safetensors --split train "
+             "--limit_train 5 --limit_val 2",
+             ck);
+    CHECK(run_here(args) == 0);
+    const char *out = cl_test_slurp(cl_test_path("out.txt"));
+    CHECK(out && strstr(out, "5 features of dimension 512") != NULL);
+    snprintf(args, sizeof args,
+             "embed --checkpoint %s --out v.safetensors --split val "
+             "--limit_train 5 --limit_val 2",
+             ck);
+    CHECK(run_here(args) == 0);
+    out = cl_test_slurp(cl_test_path("out.txt"));
+    CHECK(out && strstr(out, "2 features of dimension 512") != NULL);
+}
+
+CL_TEST(weights_without_a_dataset_say_so)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* The same tensors without classic's metadata: a plain safetensors
+     * file, as torchvision's weights come. */
+    cl_st_file *f = NULL;
+    cl_st_writer *w = NULL;
+    REQUIRE_OK(cl_st_open(&f, cl_test_path(ck)));
+    REQUIRE_OK(cl_st_writer_new(&w));
+    for (size_t i = 0; i < cl_st_count(f); i++) {
+        cl_st_dtype dt;
+        cl_shape s;
+        size_t nb = 0;
+        cl_st_info(f, i, &dt, &s);
+        const char *name = cl_st_name(f, i);
+        if (strncmp(name, "ema.", 4) != 0)
+            CHECK_OK(cl_st_writer_add(w, name, dt, s, cl_st_data(f, i, &nb)));
+    }
+    CHECK_OK(cl_st_writer_save(w, cl_test_path("plain.safetensors")));
+    cl_st_writer_free(w);
+    cl_st_close(f);
+    CHECK(run_here("eval --checkpoint plain.safetensors") == 1);
+    const char *err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "plain.safetensors holds weights only and names "
+                             "no dataset") != NULL);
+    CHECK(err && strstr(err, "--dataset and --data_dir") != NULL);
+    /* Given the data, it evaluates. */
+    char args[2000];
+    snprintf(args, sizeof args,
+             "eval --checkpoint plain.safetensors --dataset imagefolder "
+             "--data_dir %s --val_split val",
+             cl_test_path("folder"));
+    CHECK(run_here(args) == 0);
+}
