@@ -15,16 +15,16 @@ next to this package, in a build/ folder of the source tree, under the
 prefix the package is installed in, and last on the loader's path.
 Failures raise ClassicError carrying cl_last_error()'s sentence.
 """
-import ctypes
-import ctypes.util
-import math
-import os
+import ctypes as _ctypes
+import ctypes.util as _ctypes_util
+import math as _math
+import os as _os
 
-import numpy as np
+import numpy as _np
 
 __all__ = ["ClassicError", "Model", "evaluate", "train", "version"]
 
-_c_float_p = ctypes.POINTER(ctypes.c_float)
+_c_float_p = _ctypes.POINTER(_ctypes.c_float)
 
 
 class ClassicError(RuntimeError):
@@ -36,80 +36,80 @@ class ClassicError(RuntimeError):
         self.name = name
 
 
-class _Prediction(ctypes.Structure):
-    _fields_ = [("index", ctypes.c_int), ("prob", ctypes.c_float),
-                ("name", ctypes.c_char_p)]
+class _Prediction(_ctypes.Structure):
+    _fields_ = [("index", _ctypes.c_int), ("prob", _ctypes.c_float),
+                ("name", _ctypes.c_char_p)]
 
 
-class _Progress(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int), ("step", ctypes.c_longlong),
-                ("total_steps", ctypes.c_longlong),
-                ("epoch", ctypes.c_longlong), ("loss", ctypes.c_double),
-                ("loss_avg", ctypes.c_double), ("lr", ctypes.c_double),
-                ("img_per_s", ctypes.c_double), ("last_epoch", ctypes.c_int),
-                ("evaluated", ctypes.c_int), ("val_top1", ctypes.c_double),
-                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double),
-                ("rank", ctypes.c_int), ("world_size", ctypes.c_int)]
+class _Progress(_ctypes.Structure):
+    _fields_ = [("kind", _ctypes.c_int), ("step", _ctypes.c_longlong),
+                ("total_steps", _ctypes.c_longlong),
+                ("epoch", _ctypes.c_longlong), ("loss", _ctypes.c_double),
+                ("loss_avg", _ctypes.c_double), ("lr", _ctypes.c_double),
+                ("img_per_s", _ctypes.c_double), ("last_epoch", _ctypes.c_int),
+                ("evaluated", _ctypes.c_int), ("val_top1", _ctypes.c_double),
+                ("val_top5", _ctypes.c_double), ("val_loss", _ctypes.c_double),
+                ("rank", _ctypes.c_int), ("world_size", _ctypes.c_int)]
 
 
-class _Summary(ctypes.Structure):
-    _fields_ = [("steps", ctypes.c_longlong), ("epochs", ctypes.c_int),
-                ("last_loss", ctypes.c_double), ("val_top1", ctypes.c_double),
-                ("val_top5", ctypes.c_double), ("val_loss", ctypes.c_double),
-                ("best_top1", ctypes.c_double), ("seconds", ctypes.c_double),
-                ("img_per_s", ctypes.c_double), ("stopped", ctypes.c_int),
-                ("last_checkpoint", ctypes.c_char * 640),
-                ("best_checkpoint", ctypes.c_char * 640),
-                ("rank", ctypes.c_int), ("world_size", ctypes.c_int),
-                ("stop_signal", ctypes.c_int),
-                ("data_wait_share", ctypes.c_double)]
+class _Summary(_ctypes.Structure):
+    _fields_ = [("steps", _ctypes.c_longlong), ("epochs", _ctypes.c_int),
+                ("last_loss", _ctypes.c_double), ("val_top1", _ctypes.c_double),
+                ("val_top5", _ctypes.c_double), ("val_loss", _ctypes.c_double),
+                ("best_top1", _ctypes.c_double), ("seconds", _ctypes.c_double),
+                ("img_per_s", _ctypes.c_double), ("stopped", _ctypes.c_int),
+                ("last_checkpoint", _ctypes.c_char * 640),
+                ("best_checkpoint", _ctypes.c_char * 640),
+                ("rank", _ctypes.c_int), ("world_size", _ctypes.c_int),
+                ("stop_signal", _ctypes.c_int),
+                ("data_wait_share", _ctypes.c_double)]
 
 
-class _EvalOpts(ctypes.Structure):
-    _fields_ = [("arch", ctypes.c_char_p), ("backend", ctypes.c_char_p),
-                ("batch", ctypes.c_int), ("split", ctypes.c_char_p),
-                ("overrides", ctypes.POINTER(ctypes.c_char_p)),
-                ("n_overrides", ctypes.c_int), ("keep_features", ctypes.c_int),
-                ("distributed", ctypes.c_int),
-                ("precision", ctypes.c_char_p)]
+class _EvalOpts(_ctypes.Structure):
+    _fields_ = [("arch", _ctypes.c_char_p), ("backend", _ctypes.c_char_p),
+                ("batch", _ctypes.c_int), ("split", _ctypes.c_char_p),
+                ("overrides", _ctypes.POINTER(_ctypes.c_char_p)),
+                ("n_overrides", _ctypes.c_int), ("keep_features", _ctypes.c_int),
+                ("distributed", _ctypes.c_int),
+                ("precision", _ctypes.c_char_p)]
 
 
-class _ClassifierOpts(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("arch", ctypes.c_char_p),
-                ("backend", ctypes.c_char_p), ("precision", ctypes.c_char_p),
-                ("raw_weights", ctypes.c_int)]
+class _ClassifierOpts(_ctypes.Structure):
+    _fields_ = [("size", _ctypes.c_size_t), ("arch", _ctypes.c_char_p),
+                ("backend", _ctypes.c_char_p), ("precision", _ctypes.c_char_p),
+                ("raw_weights", _ctypes.c_int)]
 
 
-class _EvalSummary(ctypes.Structure):
-    _fields_ = [("samples", ctypes.c_longlong), ("top1", ctypes.c_double),
-                ("top5", ctypes.c_double), ("loss", ctypes.c_double),
-                ("mean_class_acc", ctypes.c_double),
-                ("num_classes", ctypes.c_int), ("rank", ctypes.c_int),
-                ("world_size", ctypes.c_int)]
+class _EvalSummary(_ctypes.Structure):
+    _fields_ = [("samples", _ctypes.c_longlong), ("top1", _ctypes.c_double),
+                ("top5", _ctypes.c_double), ("loss", _ctypes.c_double),
+                ("mean_class_acc", _ctypes.c_double),
+                ("num_classes", _ctypes.c_int), ("rank", _ctypes.c_int),
+                ("world_size", _ctypes.c_int)]
 
 
-_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
-                                ctypes.POINTER(_Progress))
+_PROGRESS_FN = _ctypes.CFUNCTYPE(_ctypes.c_int, _ctypes.c_void_p,
+                                _ctypes.POINTER(_Progress))
 _U8, _F32 = 0, 1
 _INTERRUPTED = -12
 
 
 def _candidates():
-    env = os.environ.get("CLASSIC_LIB")
+    env = _os.environ.get("CLASSIC_LIB")
     if env:
         yield env
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "libclassic.so")
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    yield _os.path.join(here, "libclassic.so")
     # A source tree: python/classic -> build/ or bd/ beside python/.
-    root = os.path.dirname(os.path.dirname(here))
+    root = _os.path.dirname(_os.path.dirname(here))
     for build in ("build", "bd"):
-        yield os.path.join(root, build, "libclassic.so")
+        yield _os.path.join(root, build, "libclassic.so")
     # An install: PREFIX/lib/python3/dist-packages/classic -> PREFIX/lib.
     d = here
     for _ in range(5):
-        d = os.path.dirname(d)
-        yield os.path.join(d, "lib", "libclassic.so")
-    found = ctypes.util.find_library("classic")
+        d = _os.path.dirname(d)
+        yield _os.path.join(d, "lib", "libclassic.so")
+    found = _ctypes_util.find_library("classic")
     if found:
         yield found
 
@@ -117,11 +117,11 @@ def _candidates():
 def _load():
     tried = []
     for path in _candidates():
-        if os.path.sep in path and not os.path.exists(path):
+        if _os.path.sep in path and not _os.path.exists(path):
             tried.append(path)
             continue
         try:
-            return ctypes.CDLL(path)
+            return _ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
     raise ImportError("classic: libclassic.so not found; set CLASSIC_LIB. "
@@ -138,61 +138,61 @@ def _fn(name, restype, *argtypes):
     return f
 
 
-_last_error = _fn("cl_last_error", ctypes.c_char_p)
-_status_name = _fn("cl_status_name", ctypes.c_char_p, ctypes.c_int)
-_version = _fn("cl_version", ctypes.c_char_p)
-_open_fn = _fn("cl_classifier_open", ctypes.c_int,
-               ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-               ctypes.POINTER(_ClassifierOpts))
-_precision = _fn("cl_classifier_precision", ctypes.c_char_p, ctypes.c_void_p)
-_free = _fn("cl_classifier_free", None, ctypes.c_void_p)
-_num_classes = _fn("cl_classifier_num_classes", ctypes.c_int, ctypes.c_void_p)
-_class_name = _fn("cl_classifier_class_name", ctypes.c_char_p,
-                  ctypes.c_void_p, ctypes.c_int)
-_embed_dim = _fn("cl_classifier_embed_dim", ctypes.c_int, ctypes.c_void_p)
-_classify_file = _fn("cl_classifier_classify_file", ctypes.c_int,
-                     ctypes.c_void_p, ctypes.c_char_p, _c_float_p)
-_classify_batch = _fn("cl_classifier_classify_batch", ctypes.c_int,
-                      ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                      ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+_last_error = _fn("cl_last_error", _ctypes.c_char_p)
+_status_name = _fn("cl_status_name", _ctypes.c_char_p, _ctypes.c_int)
+_version = _fn("cl_version", _ctypes.c_char_p)
+_open_fn = _fn("cl_classifier_open", _ctypes.c_int,
+               _ctypes.POINTER(_ctypes.c_void_p), _ctypes.c_char_p,
+               _ctypes.POINTER(_ClassifierOpts))
+_precision = _fn("cl_classifier_precision", _ctypes.c_char_p, _ctypes.c_void_p)
+_free = _fn("cl_classifier_free", None, _ctypes.c_void_p)
+_num_classes = _fn("cl_classifier_num_classes", _ctypes.c_int, _ctypes.c_void_p)
+_class_name = _fn("cl_classifier_class_name", _ctypes.c_char_p,
+                  _ctypes.c_void_p, _ctypes.c_int)
+_embed_dim = _fn("cl_classifier_embed_dim", _ctypes.c_int, _ctypes.c_void_p)
+_classify_file = _fn("cl_classifier_classify_file", _ctypes.c_int,
+                     _ctypes.c_void_p, _ctypes.c_char_p, _c_float_p)
+_classify_batch = _fn("cl_classifier_classify_batch", _ctypes.c_int,
+                      _ctypes.c_void_p, _ctypes.c_int, _ctypes.c_void_p,
+                      _ctypes.c_int, _ctypes.c_int, _ctypes.c_int, _ctypes.c_int,
                       _c_float_p)
-_classify_files = _fn("cl_classifier_classify_files", ctypes.c_int,
-                      ctypes.c_void_p, ctypes.c_int,
-                      ctypes.POINTER(ctypes.c_char_p), _c_float_p)
-_embed_files = _fn("cl_classifier_embed_files", ctypes.c_int,
-                   ctypes.c_void_p, ctypes.c_int,
-                   ctypes.POINTER(ctypes.c_char_p), _c_float_p)
-_embed_batch = _fn("cl_classifier_embed_batch", ctypes.c_int,
-                   ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+_classify_files = _fn("cl_classifier_classify_files", _ctypes.c_int,
+                      _ctypes.c_void_p, _ctypes.c_int,
+                      _ctypes.POINTER(_ctypes.c_char_p), _c_float_p)
+_embed_files = _fn("cl_classifier_embed_files", _ctypes.c_int,
+                   _ctypes.c_void_p, _ctypes.c_int,
+                   _ctypes.POINTER(_ctypes.c_char_p), _c_float_p)
+_embed_batch = _fn("cl_classifier_embed_batch", _ctypes.c_int,
+                   _ctypes.c_void_p, _ctypes.c_int, _ctypes.c_void_p,
+                   _ctypes.c_int, _ctypes.c_int, _ctypes.c_int, _ctypes.c_int,
                    _c_float_p)
-_embed_file = _fn("cl_classifier_embed_file", ctypes.c_int, ctypes.c_void_p,
-                  ctypes.c_char_p, _c_float_p)
-_embed = _fn("cl_classifier_embed", ctypes.c_int, ctypes.c_void_p,
-             ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-             ctypes.c_int, _c_float_p)
-_top_k = _fn("cl_classifier_top_k", ctypes.c_int, ctypes.c_void_p, _c_float_p,
-             ctypes.c_int, ctypes.POINTER(_Prediction))
-_train = _fn("cl_train", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
-             ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, _PROGRESS_FN,
-             ctypes.c_void_p, ctypes.POINTER(_Summary))
-_eval_run = _fn("cl_evaluation_run", ctypes.c_int,
-                ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-                ctypes.POINTER(_EvalOpts))
-_eval_free = _fn("cl_evaluation_free", None, ctypes.c_void_p)
-_eval_summary = _fn("cl_evaluation_summary", ctypes.c_int, ctypes.c_void_p,
-                    ctypes.POINTER(_EvalSummary))
-_eval_confusion = _fn("cl_evaluation_confusion", ctypes.c_longlong,
-                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
-_eval_class_name = _fn("cl_evaluation_class_name", ctypes.c_char_p,
-                       ctypes.c_void_p, ctypes.c_int)
-_eval_features = _fn("cl_evaluation_features", _c_float_p, ctypes.c_void_p,
-                     ctypes.POINTER(ctypes.c_longlong),
-                     ctypes.POINTER(ctypes.c_int))
-_eval_labels = _fn("cl_evaluation_labels", ctypes.POINTER(ctypes.c_longlong),
-                   ctypes.c_void_p)
-_eval_save = _fn("cl_evaluation_save_features", ctypes.c_int,
-                 ctypes.c_void_p, ctypes.c_char_p)
+_embed_file = _fn("cl_classifier_embed_file", _ctypes.c_int, _ctypes.c_void_p,
+                  _ctypes.c_char_p, _c_float_p)
+_embed = _fn("cl_classifier_embed", _ctypes.c_int, _ctypes.c_void_p,
+             _ctypes.c_void_p, _ctypes.c_int, _ctypes.c_int, _ctypes.c_int,
+             _ctypes.c_int, _c_float_p)
+_top_k = _fn("cl_classifier_top_k", _ctypes.c_int, _ctypes.c_void_p, _c_float_p,
+             _ctypes.c_int, _ctypes.POINTER(_Prediction))
+_train = _fn("cl_train", _ctypes.c_int, _ctypes.c_char_p, _ctypes.c_char_p,
+             _ctypes.POINTER(_ctypes.c_char_p), _ctypes.c_int, _PROGRESS_FN,
+             _ctypes.c_void_p, _ctypes.POINTER(_Summary))
+_eval_run = _fn("cl_evaluation_run", _ctypes.c_int,
+                _ctypes.POINTER(_ctypes.c_void_p), _ctypes.c_char_p,
+                _ctypes.POINTER(_EvalOpts))
+_eval_free = _fn("cl_evaluation_free", None, _ctypes.c_void_p)
+_eval_summary = _fn("cl_evaluation_summary", _ctypes.c_int, _ctypes.c_void_p,
+                    _ctypes.POINTER(_EvalSummary))
+_eval_confusion = _fn("cl_evaluation_confusion", _ctypes.c_longlong,
+                      _ctypes.c_void_p, _ctypes.c_int, _ctypes.c_int)
+_eval_class_name = _fn("cl_evaluation_class_name", _ctypes.c_char_p,
+                       _ctypes.c_void_p, _ctypes.c_int)
+_eval_features = _fn("cl_evaluation_features", _c_float_p, _ctypes.c_void_p,
+                     _ctypes.POINTER(_ctypes.c_longlong),
+                     _ctypes.POINTER(_ctypes.c_int))
+_eval_labels = _fn("cl_evaluation_labels", _ctypes.POINTER(_ctypes.c_longlong),
+                   _ctypes.c_void_p)
+_eval_save = _fn("cl_evaluation_save_features", _ctypes.c_int,
+                 _ctypes.c_void_p, _ctypes.c_char_p)
 
 
 def _check(status):
@@ -208,21 +208,23 @@ def version():
 
 
 def _enc(s):
-    return None if s is None else os.fsencode(s)
+    return None if s is None else _os.fsencode(s)
 
 
 def _pixels(a):
     """An image as (array, type, h, w, c): HWC or HW, uint8 or float."""
-    a = np.asarray(a)
+    a = _np.asarray(a)
     if a.ndim == 2:
         a = a[:, :, None]
     if a.ndim != 3:
         raise ValueError("an image array must be (H, W) or (H, W, C), not "
                          "shape %s" % (a.shape,))
-    if a.dtype == np.uint8:
-        a, t = np.ascontiguousarray(a), _U8
-    elif np.issubdtype(a.dtype, np.floating):
-        a, t = np.ascontiguousarray(a, dtype=np.float32), _F32
+    if a.shape[2] == 4:  # RGBA: alpha dropped, as for an RGBA PNG file
+        a = a[:, :, :3]
+    if a.dtype == _np.uint8:
+        a, t = _np.ascontiguousarray(a), _U8
+    elif _np.issubdtype(a.dtype, _np.floating):
+        a, t = _np.ascontiguousarray(a, dtype=_np.float32), _F32
     else:
         raise ValueError("image dtype %s: expected uint8 or a float type "
                          "(0..1)" % a.dtype)
@@ -238,10 +240,10 @@ class Model:
     """
 
     def __init__(self, path, arch=None, backend=None, precision=None):
-        h = ctypes.c_void_p()
-        o = _ClassifierOpts(ctypes.sizeof(_ClassifierOpts), _enc(arch),
+        h = _ctypes.c_void_p()
+        o = _ClassifierOpts(_ctypes.sizeof(_ClassifierOpts), _enc(arch),
                             _enc(backend), _enc(precision), 0)
-        _check(_open_fn(ctypes.byref(h), _enc(path), ctypes.byref(o)))
+        _check(_open_fn(_ctypes.byref(h), _enc(path), _ctypes.byref(o)))
         self._h = h
         self.precision = _precision(h).decode()
         self.num_classes = _num_classes(h)
@@ -272,11 +274,11 @@ class Model:
     def _one(self, image, out, by_file, by_pixels):
         h = self._handle()
         ptr = out.ctypes.data_as(_c_float_p)
-        if isinstance(image, (str, bytes, os.PathLike)):
-            _check(by_file(h, os.fsencode(image), ptr))
+        if isinstance(image, (str, bytes, _os.PathLike)):
+            _check(by_file(h, _os.fsencode(image), ptr))
         else:
             a, t, ih, iw, c = _pixels(image)
-            _check(by_pixels(h, a.ctypes.data_as(ctypes.c_void_p), t, ih, iw,
+            _check(by_pixels(h, a.ctypes.data_as(_ctypes.c_void_p), t, ih, iw,
                              c, ptr))
 
     def _batched(self, items, out, by_files, by_pixels):
@@ -285,30 +287,30 @@ class Model:
         ptr = out.ctypes.data_as(_c_float_p)
         if len(items) < 2:
             return False
-        if all(isinstance(x, (str, bytes, os.PathLike)) for x in items):
-            paths = (ctypes.c_char_p * len(items))(
-                *[os.fsencode(x) for x in items])
+        if all(isinstance(x, (str, bytes, _os.PathLike)) for x in items):
+            paths = (_ctypes.c_char_p * len(items))(
+                *[_os.fsencode(x) for x in items])
             _check(by_files(self._handle(), len(items), paths, ptr))
             return True
-        if not all(isinstance(x, np.ndarray) for x in items):
+        if not all(isinstance(x, _np.ndarray) for x in items):
             return False
         arrs = [_pixels(x) for x in items]
         if len({(a[1], a[2], a[3], a[4]) for a in arrs}) != 1:
             return False
         _, t, ih, iw, c = arrs[0]
-        stack = np.ascontiguousarray(np.stack([x[0] for x in arrs]))
+        stack = _np.ascontiguousarray(_np.stack([x[0] for x in arrs]))
         _check(by_pixels(self._handle(), len(items),
-                         stack.ctypes.data_as(ctypes.c_void_p), t, ih, iw, c,
+                         stack.ctypes.data_as(_ctypes.c_void_p), t, ih, iw, c,
                          ptr))
         return True
 
     @staticmethod
     def _many(images):
-        single = (isinstance(images, (str, bytes, os.PathLike)) or
-                  (isinstance(images, np.ndarray) and images.ndim in (2, 3)))
+        single = (isinstance(images, (str, bytes, _os.PathLike)) or
+                  (isinstance(images, _np.ndarray) and images.ndim in (2, 3)))
         if single:
             return [images], True
-        if isinstance(images, np.ndarray):  # (N, H, W[, C])
+        if isinstance(images, _np.ndarray):  # (N, H, W[, C])
             return list(images), False
         return list(images), False
 
@@ -318,7 +320,7 @@ class Model:
         Several paths, or several arrays of one shape and type, run as
         batches of the library's batch size."""
         items, single = self._many(images)
-        out = np.empty((len(items), self.num_classes), dtype=np.float32)
+        out = _np.empty((len(items), self.num_classes), dtype=_np.float32)
         if not single and self._batched(items, out, _classify_files,
                                         _classify_batch):
             return out
@@ -333,15 +335,15 @@ class Model:
         gives them and the top class's name of each image (a str for one
         image, a list for several)."""
         probs = self.probabilities(images)
-        top = np.argmax(probs, axis=-1)
+        top = _np.argmax(probs, axis=-1)
         if probs.ndim == 1:
             return probs, self.classes[int(top)]
         return probs, [self.classes[int(k)] for k in top]
 
     def top_k(self, image, k=5):
         """The k likeliest classes of one image as (name, prob, index)."""
-        probs = np.ascontiguousarray(self.probabilities(image),
-                                     dtype=np.float32)
+        probs = _np.ascontiguousarray(self.probabilities(image),
+                                     dtype=_np.float32)
         if probs.ndim != 1:
             raise ValueError("top_k takes one image")
         out = (_Prediction * max(k, 1))()
@@ -355,7 +357,7 @@ class Model:
         Several paths, or several arrays of one shape and type, run as
         batches of the library's batch size."""
         items, single = self._many(images)
-        out = np.empty((len(items), self.embed_dim), dtype=np.float32)
+        out = _np.empty((len(items), self.embed_dim), dtype=_np.float32)
         if not single and self._batched(items, out, _embed_files,
                                         _embed_batch):
             return out
@@ -381,9 +383,9 @@ def train(config=None, on_progress=None, **overrides):
     """
     path = text = None
     if config is not None:
-        if isinstance(config, os.PathLike) or (
+        if isinstance(config, _os.PathLike) or (
                 isinstance(config, str) and "\n" not in config and
-                os.path.exists(config)):
+                _os.path.exists(config)):
             path = _enc(config)
         elif isinstance(config, str) and ("\n" in config or ":" in config):
             text = config.encode()
@@ -391,7 +393,7 @@ def train(config=None, on_progress=None, **overrides):
             path = _enc(config)
     kv = [("%s=%s" % (k, _yaml_value(v))).encode()
           for k, v in overrides.items()]
-    arr = (ctypes.c_char_p * max(len(kv), 1))(*kv)
+    arr = (_ctypes.c_char_p * max(len(kv), 1))(*kv)
     raised = []
 
     def relay(_ctx, p):
@@ -403,7 +405,7 @@ def train(config=None, on_progress=None, **overrides):
 
     cb = _PROGRESS_FN(relay) if on_progress else _PROGRESS_FN()
     s = _Summary()
-    status = _train(path, text, arr, len(kv), cb, None, ctypes.byref(s))
+    status = _train(path, text, arr, len(kv), cb, None, _ctypes.byref(s))
     if raised:
         raise raised[0]
     if status < 0 and not (status == _INTERRUPTED and s.stopped):
@@ -413,7 +415,7 @@ def train(config=None, on_progress=None, **overrides):
     for k in ("last_checkpoint", "best_checkpoint"):
         out[k] = out[k].decode()
     for k in ("val_top1", "val_top5", "val_loss", "best_top1"):
-        if math.isnan(out[k]):
+        if _math.isnan(out[k]):
             out[k] = None
     return out
 
@@ -432,29 +434,29 @@ def evaluate(path, split=None, batch=100, arch=None, backend=None,
     """
     kv = [("%s=%s" % (k, _yaml_value(v))).encode()
           for k, v in overrides.items()]
-    arr = (ctypes.c_char_p * max(len(kv), 1))(*kv)
+    arr = (_ctypes.c_char_p * max(len(kv), 1))(*kv)
     keep = bool(features or gallery)
     o = _EvalOpts(_enc(arch), _enc(backend), batch, _enc(split), arr,
                   len(kv), 1 if keep else 0, 0, _enc(precision))
-    h = ctypes.c_void_p()
-    _check(_eval_run(ctypes.byref(h), _enc(path), ctypes.byref(o)))
+    h = _ctypes.c_void_p()
+    _check(_eval_run(_ctypes.byref(h), _enc(path), _ctypes.byref(o)))
     try:
         s = _EvalSummary()
-        _check(_eval_summary(h, ctypes.byref(s)))
+        _check(_eval_summary(h, _ctypes.byref(s)))
         k = s.num_classes
         out = {f: getattr(s, f) for f in ("samples", "top1", "top5", "loss",
                                           "mean_class_acc")}
         out["classes"] = [_eval_class_name(h, i).decode() for i in range(k)]
-        out["confusion"] = np.array(
+        out["confusion"] = _np.array(
             [[_eval_confusion(h, t, p) for p in range(k)] for t in range(k)],
-            dtype=np.int64)
+            dtype=_np.int64)
         if keep:
-            n, dim = ctypes.c_longlong(), ctypes.c_int()
-            f = _eval_features(h, ctypes.byref(n), ctypes.byref(dim))
-            out["features"] = np.ctypeslib.as_array(
+            n, dim = _ctypes.c_longlong(), _ctypes.c_int()
+            f = _eval_features(h, _ctypes.byref(n), _ctypes.byref(dim))
+            out["features"] = _np.ctypeslib.as_array(
                 f, shape=(n.value, dim.value)).copy()
-            out["labels"] = np.ctypeslib.as_array(
-                _eval_labels(h), shape=(n.value,)).astype(np.int64)
+            out["labels"] = _np.ctypeslib.as_array(
+                _eval_labels(h), shape=(n.value,)).astype(_np.int64)
             if gallery is not None:
                 _check(_eval_save(h, _enc(gallery)))
         return out

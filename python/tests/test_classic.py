@@ -292,3 +292,17 @@ def test_precision():
             assert "fp16" in str(e) or "amp_level" in str(e), str(e)
         else:
             raise AssertionError("a bad precision was taken")
+
+
+def test_rgba_arrays_and_the_namespace():
+    # An RGBA array is classified as its RGB part, as an RGBA PNG is.
+    rgb = _picture(20)
+    alpha = np.full(rgb.shape[:2] + (1,), 7, np.uint8)
+    rgba = np.concatenate([rgb, alpha], axis=2)
+    with classic.Model(_trained()["last_checkpoint"]) as m:
+        assert np.array_equal(m.probabilities(rgba), m.probabilities(rgb))
+        two = m.probabilities(np.stack([rgba, rgba]))
+        assert np.allclose(two[0], m.probabilities(rgb), atol=1e-5)
+    # Only the API is public: no numpy, os or ctypes under classic.
+    public = sorted(n for n in dir(classic) if not n.startswith("_"))
+    assert public == sorted(classic.__all__), public
