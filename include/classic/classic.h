@@ -152,6 +152,28 @@ CL_API cl_status cl_classifier_classify_files(cl_classifier *c, int n,
                                               const char *const *paths,
                                               float *probs);
 
+/* Decodes one JPEG or PNG held in memory (len bytes at data, the format
+ * told by its first bytes) and preprocesses it as the checkpoint's eval
+ * pipeline into x: (channels, side, side) floats, the network's input as
+ * cl_classifier_input describes it.  The image's size is read from its
+ * header and refused (CL_ERR_LIMIT) above max_pixels (0: 64 Mi pixels)
+ * before anything is decoded, so a small file that claims a huge image
+ * costs nothing; a file that is no image, or a truncated one, is
+ * CL_ERR_FORMAT.  Thread-safe, also on one handle: it only reads the
+ * classifier, so worker threads may prepare images while another thread
+ * runs cl_classifier_forward. */
+CL_API cl_status cl_classifier_prepare(const cl_classifier *c, const void *data,
+                                       size_t len,
+                                       unsigned long long max_pixels, float *x);
+/* Runs n prepared images x (n, channels, side, side) through the network
+ * into probs (n, num_classes).  A batch of n runs on the plan for the next
+ * size of 1, 2, 4, 8, 16, 32 or 64 images, padded with zeros (more than 64
+ * in several forwards); each size is planned on its first use, so a server
+ * calls it once per size at start.  An image's probabilities do not depend
+ * on the other images of its batch.  Not thread-safe on one handle. */
+CL_API cl_status cl_classifier_forward(cl_classifier *c, int n, const float *x,
+                                       float *probs);
+
 /* Writes the k likeliest classes of one probability row (highest first,
  * ties to the lower index) to out and returns how many: min(k,
  * num_classes), or a negative cl_status on bad arguments.  Thread-safe. */
@@ -203,6 +225,10 @@ typedef struct cl_eval_opts {
     const char *precision; /* "f32" (NULL) or "bf16", as cl_classifier_opts;
                               the recipe's amp_level (how it trained) is
                               refused as an override */
+    /* Called after each batch with the samples this process has done and
+     * its share of the split (may be NULL): progress on long runs. */
+    void (*progress)(void *ctx, long long done, long long total);
+    void *progress_ctx;
 } cl_eval_opts;
 
 typedef struct cl_eval_summary {

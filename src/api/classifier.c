@@ -12,6 +12,9 @@
 #include "models/arch.h"
 #include "train/model.h"
 
+/* The batch sizes of cl_classifier_forward after 1: 2, 4, ..., 64. */
+enum { CL_FORWARD_PLANS = 6 };
+
 struct cl_classifier {
     cl_model m;
     float *x;      /* x: (in_c, side, side), one preprocessed image */
@@ -27,6 +30,14 @@ struct cl_classifier {
     int bg_ready;
     cl_backend *bbe;
     float *bx, *blogits, *bfeat;
+    /* cl_classifier_forward's plans: ladder[i] for 2 << i images (1 image
+     * runs on m itself), each made on its first use. */
+    struct forward_plan {
+        cl_graph g;
+        int g_ready;
+        cl_backend *be;
+        float *x, *logits; /* x: (B, in_c, side, side), logits: (B, K) */
+    } ladder[CL_FORWARD_PLANS];
 };
 
 /* Images per forward of the batch calls. */
@@ -193,6 +204,14 @@ void cl_classifier_free(cl_classifier *c)
     cl_free(c->bx);
     cl_free(c->blogits);
     cl_free(c->bfeat);
+    for (int i = 0; i < CL_FORWARD_PLANS; i++) {
+        struct forward_plan *p = &c->ladder[i];
+        cl_backend_destroy(p->be);
+        if (p->g_ready)
+            cl_graph_free(&p->g);
+        cl_free(p->x);
+        cl_free(p->logits);
+    }
     cl_model_close(&c->m);
     free(c);
 }
@@ -587,4 +606,97 @@ int cl_classifier_top_k(const cl_classifier *c, const float *probs, int k,
         out[t].name = cl_classifier_class_name(c, best);
     }
     return k;
+}
+
+cl_status cl_classifier_prepare(const cl_classifier *c, const void *data,
+                                size_t len, unsigned long long max_pixels,
+                                float *x)
+{
+    const char *fn = "cl_classifier_prepare";
+    if (!c || !data || !x)
+        return cl_error(CL_ERR_ARG, "%s: classifier, data or x is NULL", fn);
+    /* Everything mutable is local: the image and the pipeline made for its
+     * size, so that threads can prepare at once on one handle. */
+    cl_image img;
+    cl_transforms *tf = NULL;
+    cl_transform_opts to;
+    memset(&img, 0, sizeof img);
+    cl_status s = cl_image_decode(data, len, "image", 0, max_pixels, &img);
+    if (s == CL_OK &&
+        (s = cl_model_transforms(&c->m, img.h, img.w, &to)) == CL_OK &&
+        (s = cl_transforms_create(&tf, &to)) == CL_OK)
+        s = cl_transforms_apply(tf, &img, NULL, NULL, x);
+    cl_transforms_destroy(tf);
+    cl_image_free(&img);
+    return s;
+}
+
+/* The plan for 2 << i images, made on first use as batch_net makes its. */
+static cl_status forward_plan(cl_classifier *c, int i)
+{
+    cl_model *m = &c->m;
+    struct forward_plan *p = &c->ladder[i];
+    if (p->be)
+        return CL_OK;
+    int B = 2 << i;
+    size_t per = (size_t)m->in_c * m->side * m->side;
+    CL_TRY(cl_graph_init(&p->g, B));
+    p->g_ready = 1;
+    CL_TRY(cl_arch_build(&p->g, &m->arch, m->side, m->side, 0, 0));
+    CL_TRY(cl_graph_copy_state(&p->g, &m->g));
+    p->x = cl_alloc(B * per * sizeof(float), "forward input");
+    p->logits =
+        cl_alloc((size_t)B * m->num_classes * sizeof(float), "forward logits");
+    if (!p->x || !p->logits)
+        return CL_ERR_NOMEM;
+    return cl_model_plan_like(m, c->backend, &p->g, &p->be);
+}
+
+cl_status cl_classifier_forward(cl_classifier *c, int n, const float *x,
+                                float *probs)
+{
+    const char *fn = "cl_classifier_forward";
+    if (!c || (n > 0 && (!x || !probs)))
+        return cl_error(CL_ERR_ARG, "%s: classifier, x or probs is NULL", fn);
+    if (n < 0)
+        return cl_error(CL_ERR_ARG, "%s: n = %d is negative", fn, n);
+    cl_model *m = &c->m;
+    if (!m->be)
+        return cl_error(CL_ERR_ARG,
+                        "%s: the model was opened with backend "
+                        "\"none\": it describes the network but "
+                        "does not run it",
+                        fn);
+    int K = m->num_classes;
+    size_t per = (size_t)m->in_c * m->side * m->side;
+    cl_status s;
+    while (n > 0) {
+        if (n == 1) {
+            if ((s = cl_backend_set_input(m->be, x, NULL, NULL)) != CL_OK ||
+                (s = cl_backend_forward(m->be, 0, NULL)) != CL_OK ||
+                (s = cl_backend_read(m->be, m->g.logits, c->logits)) != CL_OK)
+                return s;
+            softmax(c->logits, K, probs);
+            return CL_OK;
+        }
+        int i = 0;
+        while (i < CL_FORWARD_PLANS - 1 && (2 << i) < n)
+            i++;
+        int B = 2 << i, nb = n < B ? n : B;
+        if ((s = forward_plan(c, i)) != CL_OK)
+            return cl_error_wrap(s, "%s: planning %d images: ", fn, B);
+        struct forward_plan *p = &c->ladder[i];
+        memcpy(p->x, x, nb * per * sizeof(float));
+        memset(p->x + nb * per, 0, (B - nb) * per * sizeof(float));
+        if ((s = cl_backend_set_input(p->be, p->x, NULL, NULL)) != CL_OK ||
+            (s = cl_backend_forward(p->be, 0, NULL)) != CL_OK ||
+            (s = cl_backend_read(p->be, p->g.logits, p->logits)) != CL_OK)
+            return s;
+        for (int j = 0; j < nb; j++)
+            softmax(p->logits + (size_t)j * K, K, probs + (size_t)j * K);
+        x += nb * per;
+        probs += (size_t)nb * K;
+        n -= nb;
+    }
+    return CL_OK;
 }
