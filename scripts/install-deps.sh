@@ -9,7 +9,8 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   libjpeg62-turbo-dev libpng-dev zlib1g-dev libyaml-dev
   dataset-fashion-mnist
-  chromium
+  chromium chromium-driver
+  libmicrohttpd-dev curl wrk
   python3-torch python3-torchvision nodejs npm
   python3-numpy python3-pytest
   clang clang-format libclang-rt-14-dev libomp-14-dev

@@ -25,6 +25,7 @@ static const cl_cli_command commands[] = {
      cl_cmd_export},
     {"convert", "a MindSpore .ckpt ResNet into a classic checkpoint",
      cl_cmd_convert},
+    {"serve", "models over HTTP: KServe v2, a page, metrics", cl_cmd_serve},
 };
 
 static void usage(FILE *f)
