@@ -236,7 +236,7 @@ static int stop(server *s)
 }
 
 /* The last answer's body and headers. */
-static char body[1 << 16], headers[8192];
+static char body[1 << 21], headers[8192];
 
 /* Runs curl with args against http://127.0.0.1:port<path>; the status code
  * (0 when curl failed), body and headers in the buffers above. */
@@ -1160,5 +1160,170 @@ CL_TEST(bf16_where_the_cpu_has_it_else_refused)
     REQUIRE(start(&s, "--precision bf16"));
     CHECK(http(&s, "/v2/models/tiny", NULL) == 200);
     CHECK(strstr(body, "\"precision\":\"bf16\"") != NULL);
+    CHECK(stop(&s) == 0);
+}
+
+/* -------------------------------------------------------------- browser */
+
+/* A free TCP port on 127.0.0.1 (bound, read, released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t n = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* The value of "key" in the last WebDriver answer's "value" object, copied
+ * into out; "" when absent. */
+static const char *wd_value(const char *key, char *out, size_t n)
+{
+    out[0] = '\0';
+    cl_json_doc *d = json();
+    const cl_json *v = d ? cl_json_get(cl_json_root(d), "value") : NULL;
+    if (v && key)
+        v = cl_json_get(v, key);
+    if (v && v->type == CL_JSON_STR)
+        put(out, n, v->str);
+    cl_json_free(d);
+    return out;
+}
+
+/* Headless Chromium, driven by chromedriver over WebDriver (curl), opens
+ * the page, gives the file input an image and reads the top-1 name the
+ * page shows: the server's own top-1 for that image.  The screenshot goes
+ * to $CLASSIC_SERVE_SCREENSHOT when set (docs/serve-page.png). */
+CL_TEST(browser_page_shows_the_top_1)
+{
+    if (system("command -v chromedriver >/dev/null 2>&1 && command -v "
+               "chromium >/dev/null 2>&1") != 0) {
+        cl_test_skip("chromedriver or chromium is not installed "
+                     "(scripts/install-deps.sh installs both)");
+        return;
+    }
+    server s;
+    REQUIRE(start(&s, NULL));
+    char args[16384];
+    snprintf(args, sizeof args,
+             "-H 'Content-Type: image/png' --data-binary @%s", image(5));
+    REQUIRE(http(&s, "/v1/models/tiny:classify", args) == 200);
+    char want[256];
+    {
+        cl_json_doc *d = json();
+        REQUIRE(d != NULL);
+        const cl_json *t = cl_json_get(cl_json_root(d), "top")->child;
+        put(want, sizeof want, cl_json_get(t, "class")->str);
+        cl_json_free(d);
+    }
+    server wd = {0};
+    wd.port = free_port();
+    REQUIRE(wd.port > 0);
+    char log[1300], cmd[2000];
+    snprintf(log, sizeof log, "%s/chromedriver.log", cl_test_tmpdir());
+    fflush(NULL);
+    int pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        snprintf(cmd, sizeof cmd, "--port=%d", wd.port);
+        execlp("chromedriver", "chromedriver", cmd, (char *)NULL);
+        _exit(127);
+    }
+    REQUIRE(pid > 0);
+    int up = 0;
+    for (int t = 0; t < 100 && !up; t++) {
+        nap(100);
+        up = http(&wd, "/status", "--max-time 2") == 200;
+    }
+    char sid[128] = "", eid[128] = "", text[256] = "";
+    if (up) {
+        snprintf(args, sizeof args,
+                 "-H 'Content-Type: application/json' -d '{\"capabilities\":"
+                 "{\"alwaysMatch\":{\"browserName\":\"chrome\","
+                 "\"goog:chromeOptions\":{\"binary\":\"/usr/bin/chromium\","
+                 "\"args\":[\"--headless\",\"--no-sandbox\",\"--disable-gpu\","
+                 "\"--no-first-run\",\"--disable-background-networking\","
+                 "\"--disable-component-update\",\"--disable-sync\","
+                 "\"--window-size=800,640\",\"--user-data-dir=%s/chrome\"]}}}}"
+                 "'",
+                 cl_test_tmpdir());
+        if (http(&wd, "/session", args) == 200)
+            wd_value("sessionId", sid, sizeof sid);
+        else
+            printf("no session: %s\n", body);
+    }
+    CHECK(sid[0]);
+    if (sid[0]) {
+        char path[512];
+        snprintf(path, sizeof path, "/session/%s/url", sid);
+        snprintf(args, sizeof args,
+                 "-H 'Content-Type: application/json' -d "
+                 "'{\"url\":\"http://127.0.0.1:%d/\"}'",
+                 s.port);
+        CHECK(http(&wd, path, args) == 200);
+        snprintf(path, sizeof path, "/session/%s/element", sid);
+        CHECK(http(&wd, path,
+                   "-H 'Content-Type: application/json' -d "
+                   "'{\"using\":\"css selector\",\"value\":\"#file\"}'") ==
+              200);
+        wd_value("element-6066-11e4-a52e-4f735466cecf", eid, sizeof eid);
+        CHECK(eid[0]);
+        /* The models list must have loaded before the upload. */
+        nap(500);
+        snprintf(path, sizeof path, "/session/%s/element/%s/value", sid, eid);
+        snprintf(args, sizeof args,
+                 "-H 'Content-Type: application/json' -d '{\"text\":\"%s\"}'",
+                 image(5));
+        CHECK(http(&wd, path, args) == 200);
+        for (int t = 0; t < 100 && !text[0]; t++) {
+            nap(100);
+            snprintf(path, sizeof path, "/session/%s/element", sid);
+            if (http(&wd, path,
+                     "-H 'Content-Type: application/json' -d "
+                     "'{\"using\":\"css selector\",\"value\":\"#top1\"}'") !=
+                200)
+                continue;
+            wd_value("element-6066-11e4-a52e-4f735466cecf", eid, sizeof eid);
+            snprintf(path, sizeof path, "/session/%s/element/%s/text", sid,
+                     eid);
+            if (http(&wd, path, NULL) == 200)
+                wd_value(NULL, text, sizeof text);
+        }
+        printf("page top-1 '%s', server top-1 '%s'\n", text, want);
+        CHECK(strcmp(text, want) == 0);
+        const char *shot = getenv("CLASSIC_SERVE_SCREENSHOT");
+        snprintf(path, sizeof path, "/session/%s/screenshot", sid);
+        if (shot && http(&wd, path, NULL) == 200) {
+            char *b64 = malloc(sizeof body);
+            uint8_t *png = malloc(sizeof body);
+            size_t n = 0;
+            if (b64 && png && wd_value(NULL, b64, sizeof body)[0] &&
+                cl_serve_base64_decode(b64, strlen(b64), png, &n) == CL_OK) {
+                FILE *f = fopen(shot, "wb");
+                if (f) {
+                    fwrite(png, 1, n, f);
+                    fclose(f);
+                }
+            }
+            free(b64);
+            free(png);
+        }
+        snprintf(path, sizeof path, "/session/%s", sid);
+        http(&wd, path, "-X DELETE");
+    }
+    kill(pid, SIGTERM);
+    cl_test_wait(pid, 10);
+    if (!sid[0])
+        printf("%s\n", cl_test_slurp(log));
     CHECK(stop(&s) == 0);
 }
