@@ -211,3 +211,44 @@ CL_TEST(weights_without_a_dataset_say_so)
              cl_test_path("folder"));
     CHECK(run_here(args) == 0);
 }
+
+CL_TEST(eval_and_embed_show_progress)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* Not a terminal: plain lines on stderr, here one per batch, the
+     * results on stdout as before. */
+    char args[2000];
+    snprintf(args, sizeof args, "eval --checkpoint %s --split train --batch 4",
+             ck);
+    setenv("CLASSIC_PROGRESS_SECONDS", "0", 1);
+    int rc = run_here(args);
+    unsetenv("CLASSIC_PROGRESS_SECONDS");
+    CHECK(rc == 0);
+    const char *err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "eval: 4/16 images (25%)") != NULL);
+    CHECK(err && strstr(err, "eval: 16/16 images (100%)") != NULL);
+    const char *out = cl_test_slurp(cl_test_path("out.txt"));
+    CHECK(out && strstr(out, "(16 samples)") != NULL);
+    snprintf(args, sizeof args,
+             "embed --checkpoint %s --split train --batch 8 --out e.st", ck);
+    setenv("CLASSIC_PROGRESS_SECONDS", "0", 1);
+    rc = run_here(args);
+    unsetenv("CLASSIC_PROGRESS_SECONDS");
+    CHECK(rc == 0);
+    err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "embed: 8/16 images (50%)") != NULL);
+    /* By default a short evaluation prints no progress at all. */
+    CHECK(run_here(args) == 0);
+    err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && !strstr(err, "images ("));
+}
+
+CL_TEST(bench_takes_train_key_names)
+{
+    CHECK(cl_test_classic("bench --model resnet18 --stem cifar --batch_size 2 "
+                          "--image_size 8 --num_classes 3 --steps 1 "
+                          "--warmup 0 --mode infer --threads 1") == 0);
+    CHECK(strstr(cl_test_out,
+                 "resnet18, cifar stem, 3 classes, 8x8, batch 2") != NULL);
+}

@@ -157,8 +157,9 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
     CL_TRY(cl_metrics_init(&e->met, e->m.num_classes));
     if (o->keep_features)
         CL_TRY(keep_room(e));
-    return cl_evaluate(e->m.be, e->md.ld, &e->met, &e->d, e->hflip,
-                       o->keep_features ? on_features : NULL, e);
+    return cl_evaluate_progress(e->m.be, e->md.ld, &e->met, &e->d, e->hflip,
+                                o->keep_features ? on_features : NULL, e,
+                                o->progress, o->progress_ctx);
 }
 
 cl_status cl_evaluation_run(cl_evaluation **out, const char *path,

@@ -50,6 +50,18 @@ int cl_cli_refuse_options(int argc, char **argv, const char *what,
                           const char *const *own, const char *const *flags,
                           int recipe_keys);
 
+/* Progress of eval / embed on stderr (cli/progress.c): pass
+ * cl_cli_progress_update as cl_eval_opts.progress with the struct as its
+ * context; _end clears a terminal's bar before the results print. */
+typedef struct cl_cli_progress {
+    const char *what;
+    double t0, last, every, first;
+    int tty, off, shown;
+} cl_cli_progress;
+void cl_cli_progress_init(cl_cli_progress *p, const char *what);
+void cl_cli_progress_update(void *ctx, long long done, long long total);
+void cl_cli_progress_end(cl_cli_progress *p);
+
 /* `--precision f32|bf16` among the arguments into *out (NULL when absent,
  * the API's default, f32).  Returns 2 after a message naming the choices
  * when the value is neither, else 0. */

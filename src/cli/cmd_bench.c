@@ -37,6 +37,8 @@ static void bench_usage(FILE *f)
         "usage: classic bench [--arch resnet50] [--batch 32] [--size 32]\n"
         "                     [--stem imagenet|cifar|cifar_pool] "
         "[--classes 10]\n"
+        "                     (or train's names: --model, --batch_size, "
+        "--image_size, --num_classes)\n"
         "                     [--threads 2] [--steps 10] [--warmup 3]\n"
         "                     [--mode train|infer|both]\n"
         "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
@@ -112,6 +114,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         }
         const char *v = argv[++i];
         int bad = 0;
+        /* train's key names for the same things (batch_size, image_size,
+         * num_classes, model) are taken as well as bench's short ones. */
+        static const char *const alias[][2] = {{"--batch_size", "--batch"},
+                                               {"--image_size", "--size"},
+                                               {"--num_classes", "--classes"},
+                                               {"--model", "--arch"}};
+        for (size_t a = 0; a < sizeof alias / sizeof alias[0]; a++)
+            if (strcmp(k, alias[a][0]) == 0)
+                k = alias[a][1];
         if (strcmp(k, "--arch") == 0)
             o->arch = v;
         else if (strcmp(k, "--stem") == 0)

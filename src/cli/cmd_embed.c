@@ -67,12 +67,17 @@ int cl_cmd_embed(int argc, char **argv)
                       .n_overrides = p.n,
                       .keep_features = 1,
                       .precision = precision};
+    cl_cli_progress prog;
+    cl_cli_progress_init(&prog, "embed");
+    o.progress = cl_cli_progress_update;
+    o.progress_ctx = &prog;
     cl_evaluation *e = NULL;
     cl_eval_summary sum;
     long long n = 0;
     int dim = 0;
-    if ((s = cl_evaluation_run(&e, ckpt, &o)) == CL_OK &&
-        (s = cl_evaluation_summary(e, &sum)) == CL_OK &&
+    s = cl_evaluation_run(&e, ckpt, &o);
+    cl_cli_progress_end(&prog);
+    if (s == CL_OK && (s = cl_evaluation_summary(e, &sum)) == CL_OK &&
         (s = cl_evaluation_save_features(e, out)) == CL_OK) {
         cl_evaluation_features(e, &n, &dim);
         printf("%lld features of dimension %d written to %s (top-1 on the "

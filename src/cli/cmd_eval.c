@@ -73,10 +73,16 @@ int cl_cmd_eval(int argc, char **argv)
                       .n_overrides = p.n,
                       .distributed = 1,
                       .precision = precision};
+    cl_cli_progress prog;
+    cl_cli_progress_init(&prog, "eval");
+    o.progress = cl_cli_progress_update;
+    o.progress_ctx = &prog;
     cl_evaluation *e = NULL;
     cl_eval_summary sum;
-    if ((s = cl_evaluation_run(&e, ckpt, &o)) == CL_OK &&
-        (s = cl_evaluation_summary(e, &sum)) == CL_OK && sum.rank == 0) {
+    s = cl_evaluation_run(&e, ckpt, &o);
+    cl_cli_progress_end(&prog);
+    if (s == CL_OK && (s = cl_evaluation_summary(e, &sum)) == CL_OK &&
+        sum.rank == 0) {
         if ((s = cl_evaluation_print(e, stdout)) == CL_OK && csv &&
             (s = cl_evaluation_write_csv(e, csv)) == CL_OK)
             printf("confusion matrix written to %s\n", csv);

@@ -63,6 +63,17 @@ static cl_status forward_logits(cl_backend *be, const float *x, float *logits,
 cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
                       int hflip, cl_eval_features_fn on_features, void *ctx)
 {
+    return cl_evaluate_progress(be, ld, m, d, hflip, on_features, ctx, NULL,
+                                NULL);
+}
+
+cl_status cl_evaluate_progress(cl_backend *be, cl_loader *ld, cl_metrics *m,
+                               cl_dist *d, int hflip,
+                               cl_eval_features_fn on_features, void *ctx,
+                               cl_eval_progress_fn progress, void *pctx)
+{
+    const long long total = (long long)cl_loader_samples_per_epoch(ld);
+    long long done = 0;
     cl_graph *g = be->g;
     const int N = g->batch, K = g->num_classes;
     const cl_gtensor *in = &g->tensors[g->input];
@@ -114,6 +125,9 @@ cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
                 on_features(ctx, b.indices[i], feat + (size_t)i * dim, dim,
                             logits + (size_t)i * K, K);
         }
+        done += b.n;
+        if (progress)
+            progress(pctx, done, total);
     }
     if (d && d->size > 1) {
         if ((s = cl_dist_allreduce_sum_i64(d, m->counts, m->n_counts)) !=

@@ -28,6 +28,15 @@ cl_status cl_evaluate(cl_backend *be, cl_loader *ld, cl_metrics *m, cl_dist *d,
  * checkpoint or has no meaning there, and eval and embed refuse it. */
 int cl_eval_key_applies(const char *key);
 
+/* cl_evaluate, calling progress(pctx, done, total) (may be NULL) after
+ * each batch with the samples of this process's shard done so far and in
+ * all: what lets `classic eval` and `embed` show progress. */
+typedef void (*cl_eval_progress_fn)(void *ctx, long long done, long long total);
+cl_status cl_evaluate_progress(cl_backend *be, cl_loader *ld, cl_metrics *m,
+                               cl_dist *d, int hflip,
+                               cl_eval_features_fn on_features, void *ctx,
+                               cl_eval_progress_fn progress, void *pctx);
+
 /* out <- x with each of its rows of w values reversed (NCHW: rows = N*C*H). */
 void cl_eval_mirror(const float *x, float *out, int64_t rows, int w);
 
