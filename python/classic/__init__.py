@@ -71,7 +71,9 @@ class _EvalOpts(_ctypes.Structure):
                 ("overrides", _ctypes.POINTER(_ctypes.c_char_p)),
                 ("n_overrides", _ctypes.c_int), ("keep_features", _ctypes.c_int),
                 ("distributed", _ctypes.c_int),
-                ("precision", _ctypes.c_char_p)]
+                ("precision", _ctypes.c_char_p),
+                ("progress", _ctypes.c_void_p),
+                ("progress_ctx", _ctypes.c_void_p)]
 
 
 class _ClassifierOpts(_ctypes.Structure):
@@ -437,7 +439,7 @@ def evaluate(path, split=None, batch=100, arch=None, backend=None,
     arr = (_ctypes.c_char_p * max(len(kv), 1))(*kv)
     keep = bool(features or gallery)
     o = _EvalOpts(_enc(arch), _enc(backend), batch, _enc(split), arr,
-                  len(kv), 1 if keep else 0, 0, _enc(precision))
+                  len(kv), 1 if keep else 0, 0, _enc(precision), None, None)
     h = _ctypes.c_void_p()
     _check(_eval_run(_ctypes.byref(h), _enc(path), _ctypes.byref(o)))
     try:
