@@ -1,6 +1,7 @@
 /* Translation of a run configuration into component options. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "train/recipe.h"
@@ -19,6 +20,16 @@ static const char *dataset_format(int d)
     default:
         return "imagefolder";
     }
+}
+
+/* Whether split is one of the names cl_imagefolder_split looks for under
+ * usage (train: train; test: val, validation, test). */
+static int is_usage_name(const char *split, cl_data_usage usage)
+{
+    if (usage == CL_USAGE_TRAIN)
+        return strcmp(split, "train") == 0;
+    return strcmp(split, "val") == 0 || strcmp(split, "validation") == 0 ||
+           strcmp(split, "test") == 0;
 }
 
 cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
@@ -63,6 +74,23 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
                             "with %s/<class>/<image> inside)",
                             split);
         if ((size_t)snprintf(dir_buf, n, "%s/%s", cfg->data_dir, split) >= n)
+            return cl_error(CL_ERR_CONFIG, "data_dir '%s' is too long",
+                            cfg->data_dir);
+        /* A split named as `classic data info --usage` names them (train;
+         * val, validation or test) that is not a folder is found as data
+         * info finds it, so that a root of train/ and val/ trains as it
+         * shows: one resolver for both. */
+        struct stat st;
+        const char *found = NULL;
+        if (stat(dir_buf, &st) != 0 && is_usage_name(split, usage) &&
+            cl_imagefolder_split(cfg->data_dir, usage, dir_buf, n, &found) !=
+                CL_OK) {
+            /* No such split either: the folder named is what is missing. */
+            cl_clear_error();
+            found = NULL;
+        }
+        if (!found &&
+            (size_t)snprintf(dir_buf, n, "%s/%s", cfg->data_dir, split) >= n)
             return cl_error(CL_ERR_CONFIG, "data_dir '%s' is too long",
                             cfg->data_dir);
         spec->path = dir_buf;

@@ -65,8 +65,9 @@ typedef struct run {
     int in_c, side;
     int64_t steps_per_epoch;
     char *conv_paths; /* the resumed run's choice (autotune), or NULL */
-    const cl_train_hooks *hooks; /* the caller's, or NULL */
-    int hook_stop;               /* a hook asked to stop after this step */
+    const cl_train_hooks *hooks;     /* the caller's, or NULL */
+    int hook_stop;                   /* a hook asked to stop after this step */
+    char val_split[CL_CFG_NAME_MAX]; /* the split folder read (imagefolder) */
 } run;
 
 static void run_free(run *r)
@@ -132,12 +133,62 @@ static void log_transforms(const run *r, const char *split, int h, int w,
     cl_log(r->lg, CL_LOG_INFO, "%s transforms (%s): %s", split, size, d);
 }
 
+/* The split folder the recipe resolved dir to; when it is not the one the
+ * key names (a root of train/ and val/ read as `classic data info` reads
+ * it), the log says which was taken. */
+static void note_split(run *r, const char *key, const char *split,
+                       const char *dir, char *name, size_t n)
+{
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    size_t len = strlen(base);
+    if (len >= n)
+        len = n - 1; /* a split folder's name fits its key's size */
+    memcpy(name, base, len);
+    name[len] = '\0';
+    if (r->cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER &&
+        strcmp(base, split) != 0)
+        cl_log(r->lg, CL_LOG_INFO,
+               "%s \"%s\": %s has no %s/ folder; reading its %s/ (the "
+               "split `classic data info` finds)",
+               key, split, r->cfg->data_dir, split, base);
+}
+
+/* A head of one class learns nothing: softmax over one logit is 1 for
+ * every image, so the loss is 0 from the first step.  Refused before any
+ * compute is spent, naming where the one class came from. */
+static cl_status check_classes(const run *r, const char *dir, int k)
+{
+    const cl_config *c = r->cfg;
+    if (k >= 2)
+        return CL_OK;
+    return cl_error(CL_ERR_CONFIG,
+                    "the training split %s holds %d class%s%s%s%s: a "
+                    "classifier needs at least 2 (with one, softmax gives it "
+                    "probability 1 and the loss is 0 whatever the weights); "
+                    "add a folder per class, or point data_dir at the root "
+                    "holding them",
+                    c->dataset == CL_CFG_DATASET_IMAGEFOLDER
+                        ? dir
+                        : cl_dataset_format(r->train_ds),
+                    k, k == 1 ? "" : "es", k == 1 ? " ('" : "",
+                    k == 1 ? cl_dataset_class_name(r->train_ds, 0) : "",
+                    k == 1 ? "')" : "");
+}
+
 static cl_status open_data(run *r)
 {
     const cl_config *c = r->cfg;
     char dir[2][CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
+    char name[CL_CFG_NAME_MAX];
     cl_dataset_spec spec;
+    if (c->num_classes == 1) /* before the labels are checked against it */
+        return cl_error(CL_ERR_CONFIG,
+                        "num_classes 1: a classifier needs at least 2 "
+                        "classes (with one, softmax gives it probability 1 "
+                        "and the loss is 0 whatever the weights)");
     CL_TRY(cl_recipe_dataset(c, CL_USAGE_TRAIN, dir[0], sizeof dir[0], &spec));
+    note_split(r, "train_split", c->train_split, dir[0], name, sizeof name);
     CL_TRY(cl_dataset_open(&r->train_ds, &spec));
     CL_TRY(cl_recipe_input(c, r->train_ds, &r->in_c, &r->side));
     cl_transform_opts to;
@@ -148,6 +199,7 @@ static cl_status open_data(run *r)
     log_transforms(r, "training", h, w, r->train_tf);
     int k = c->num_classes > 0 ? c->num_classes
                                : cl_dataset_num_classes(r->train_ds);
+    CL_TRY(check_classes(r, dir[0], k));
     cl_loader_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.dataset = r->train_ds;
@@ -175,6 +227,8 @@ static cl_status open_data(run *r)
         return CL_OK;
     }
     CL_TRY(cl_recipe_dataset(c, CL_USAGE_TEST, dir[1], sizeof dir[1], &spec));
+    note_split(r, "val_split", c->val_split, dir[1], r->val_split,
+               sizeof r->val_split);
     CL_TRY(cl_dataset_open(&r->val_ds, &spec));
     if (cl_dataset_num_classes(r->val_ds) !=
         cl_dataset_num_classes(r->train_ds))
@@ -1121,7 +1175,9 @@ static cl_status save_val_record(run *r, const char *ckpt, int64_t epoch,
                        : "";
     cl_val_record_info info = {
         .step = step, .epoch = epoch, .hflip = r->cfg->eval_hflip};
-    snprintf(info.split, sizeof info.split, "%s", r->cfg->val_split);
+    snprintf(info.split, sizeof info.split, "%s",
+             r->cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER ? r->val_split
+                                                           : r->cfg->val_split);
     snprintf(info.dataset, sizeof info.dataset, "%s",
              cl_dataset_format(r->val_ds));
     char path[700];
