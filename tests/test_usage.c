@@ -252,3 +252,30 @@ CL_TEST(bench_takes_train_key_names)
     CHECK(strstr(cl_test_out,
                  "resnet18, cifar stem, 3 classes, 8x8, batch 2") != NULL);
 }
+
+CL_TEST(hints_where_the_cause_is_known)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* ImageNet-stem RGB weights into a gray CIFAR-stem network. */
+    char args[3000];
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s --model resnet18 "
+             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
+             "--num_parallel_workers 0 --stem cifar_pool --in_channels 1 "
+             "--pretrained %s --ckpt_save_dir ft --log_level error",
+             cl_test_path("folder"), ck);
+    CHECK(run_here(args) == 1);
+    const char *err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "the stems differ") != NULL);
+    CHECK(err && strstr(err, "give --stem imagenet --in_channels 3") != NULL);
+    /* An empty .pth is named as a .pth, not as a broken safetensors. */
+    FILE *f = fopen(cl_test_path("empty.pth"), "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    CHECK(run_here("predict --checkpoint empty.pth folder/val/a/0.jpg") == 1);
+    err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "empty.pth: 0 bytes, too short to be a PyTorch "
+                             ".pth") != NULL);
+    CHECK(err && !strstr(err, "safetensors"));
+}

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "interop/interop.h"
@@ -62,6 +63,39 @@ cl_status cl_weights_sniff(const char *path, cl_weights_format *fmt)
     return CL_OK;
 }
 
+/* A file whose first bytes are no known format's, named by its extension
+ * as .pth or .ckpt, is refused in that format's words (an empty or cut
+ * .pth is no "safetensors header"); other names go on to the safetensors
+ * reader, whose sentences name what it found. */
+static cl_status unknown_kind(const char *path, cl_weights_format fmt)
+{
+    static const char *const ext[][2] = {{".pth", "a PyTorch .pth"},
+                                         {".pt", "a PyTorch .pth"},
+                                         {".bin", "a PyTorch .pth"},
+                                         {".ckpt", "a MindSpore .ckpt"}};
+    if (fmt != CL_WF_UNKNOWN)
+        return CL_OK;
+    size_t n = strlen(path);
+    for (size_t k = 0; k < sizeof ext / sizeof ext[0]; k++) {
+        size_t e = strlen(ext[k][0]);
+        if (n <= e || strcmp(path + n - e, ext[k][0]) != 0)
+            continue;
+        struct stat st;
+        long long size = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+        if (size >= 0 && size < 9)
+            return cl_error(CL_ERR_FORMAT,
+                            "%s: %lld bytes, too short to be %s (an empty or "
+                            "cut-off file?)",
+                            path, size, ext[k][1]);
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: not %s: its first bytes are none of the "
+                        "formats classic reads (a zip or pickle for .pth, "
+                        "protobuf for .ckpt, safetensors)",
+                        path, ext[k][1]);
+    }
+    return CL_OK;
+}
+
 cl_status cl_weights_open(cl_weights *w, const char *path)
 {
     cl_weights_format fmt;
@@ -81,6 +115,7 @@ cl_status cl_weights_open(cl_weights *w, const char *path)
         w->kind = "MindSpore .ckpt";
         return CL_OK;
     }
+    CL_TRY(unknown_kind(path, fmt));
     CL_TRY(cl_st_open(&w->st, path));
     w->src = cl_ckpt_source_st(w->st, path);
     w->classic = cl_st_metadata(w->st, CL_META_ARCH) != NULL;

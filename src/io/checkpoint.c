@@ -187,6 +187,17 @@ int cl_ckpt_source_has_ema(const cl_ckpt_source *src)
     return 0;
 }
 
+/* A ResNet's stem conv (conv1.weight, (64, C, k, k)) of another input
+ * channel count or kernel than the model's: torchvision's ImageNet stem
+ * (7x7 on RGB) against a CIFAR one (3x3, often on gray), the commonest
+ * mismatch when fine-tuning, named as such. */
+static int stem_differs(const cl_gtensor *gt, const cl_shape *fs)
+{
+    return strcmp(gt->name, "conv1.weight") == 0 && fs->ndim == 4 &&
+           gt->shape.ndim == 4 && fs->d[0] == gt->shape.d[0] &&
+           (fs->d[1] != gt->shape.d[1] || fs->d[2] != gt->shape.d[2]);
+}
+
 cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
                               cl_ckpt_mode mode, cl_ckpt_load_report *rep)
 {
@@ -247,10 +258,24 @@ cl_status cl_ckpt_load_source(const cl_ckpt_source *src, cl_graph *g,
                      gt->name, dims[0], dims[1]);
             continue;
         }
-        s = cl_error(CL_ERR_SHAPE,
-                     "%s: tensor '%s' has shape %s in the file but %s in "
-                     "the model (another architecture or num_classes?)",
-                     path, gt->name, dims[0], dims[1]);
+        if (stem_differs(gt, &fs))
+            s = cl_error(CL_ERR_SHAPE,
+                         "%s: tensor '%s' has shape %s in the file but %s in "
+                         "the model: the stems differ (the file's takes %lld "
+                         "channel(s) through a %lldx%lld kernel, the "
+                         "model's %lld through %lldx%lld); to start from "
+                         "these weights give --stem %s --in_channels %lld",
+                         path, gt->name, dims[0], dims[1], (long long)fs.d[1],
+                         (long long)fs.d[2], (long long)fs.d[3],
+                         (long long)gt->shape.d[1], (long long)gt->shape.d[2],
+                         (long long)gt->shape.d[3],
+                         fs.d[2] == 7 ? "imagenet" : "cifar_pool (or cifar)",
+                         (long long)fs.d[1]);
+        else
+            s = cl_error(CL_ERR_SHAPE,
+                         "%s: tensor '%s' has shape %s in the file but %s in "
+                         "the model (another architecture or num_classes?)",
+                         path, gt->name, dims[0], dims[1]);
         goto fail;
     }
     if (count) {
