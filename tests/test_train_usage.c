@@ -1,5 +1,6 @@
 /* What a new user hits training from the shell: a root of train/ and val/
- * read as `classic data info` reads it, and a folder of one class refused.
+ * read as `classic data info` reads it, max_pixels as a key, and a folder
+ * of one class refused.
  * ctest-labels: cli */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,21 @@ CL_TEST(a_root_of_train_and_val_trains_as_data_info_reads_it)
     /* A split named that is no folder and no split either still says so. */
     CHECK(train("run2", "--val_split holdout --log_level error") != 0);
     CHECK(strstr(cl_test_out, "holdout: not a folder") != NULL);
+}
+
+CL_TEST(max_pixels_is_a_key_of_the_recipe)
+{
+    REQUIRE(cl_test_classic("train --help") == 0);
+    CHECK(strstr(cl_test_out, "  max_pixels ") != NULL);
+    CHECK(strstr(cl_test_out, "67108864") != NULL);
+    /* The fixtures are 24x20 = 480 pixels: a limit below refuses them in
+     * the sentence that names the key, one at their size trains. */
+    REQUIRE(fx_image_split(cl_test_path("folder"), "train", 4) == 0);
+    CHECK(train("small", "--val_split '' --max_pixels 100 --log_level error") !=
+          0);
+    CHECK(strstr(cl_test_out, "above the limit of 100 (max_pixels)") != NULL);
+    CHECK(train("fits", "--val_split '' --max_pixels 480 --log_level error") ==
+          0);
 }
 
 CL_TEST(a_folder_of_one_class_is_refused)

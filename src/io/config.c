@@ -136,6 +136,9 @@ static const key keys[] = {
           "use only the first N training samples (0: all)"),
     K_INT(limit_val, 0, INT_MAX, "0",
           "use only the first N validation samples (0: all)"),
+    K_INT(max_pixels, 1, INT_MAX, "67108864",
+          "images of more pixels (width x height) are refused from their "
+          "header, before any memory is taken for them"),
     K_ENUM(on_bad_image, v_bad, "fail",
            "an undecodable image stops the run (fail) or is dropped (skip)"),
     K_INT(num_parallel_workers, 0, 256, "2",

@@ -103,6 +103,7 @@ typedef struct cl_config {
     char class_indexing[CL_CFG_PATH_MAX]; /* file of "name index" lines */
     int num_classes;                      /* 0: from the dataset */
     int limit_train, limit_val;           /* 0: all samples */
+    int max_pixels; /* decoded width x height above this is refused */
     int on_bad_image;
     int num_parallel_workers;
     int prefetch; /* batches */

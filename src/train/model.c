@@ -278,7 +278,8 @@ cl_status cl_model_infer_image(cl_model *m, const char *path, float *x,
     cl_transforms *tf = NULL;
     cl_transform_opts to;
     memset(&img, 0, sizeof img);
-    cl_status s = cl_image_load(path, 0, 0, &img);
+    cl_status s = cl_image_load(
+        path, 0, m->cfg.max_pixels > 0 ? (uint64_t)m->cfg.max_pixels : 0, &img);
     if (s == CL_OK &&
         (s = cl_model_transforms(m, img.h, img.w, &to)) == CL_OK &&
         (s = cl_transforms_create(&tf, &to)) == CL_OK &&

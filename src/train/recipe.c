@@ -43,6 +43,7 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
                              ? CL_BAD_IMAGE_SKIP
                              : CL_BAD_IMAGE_FAIL;
     spec->num_classes = cfg->num_classes;
+    spec->max_pixels = cfg->max_pixels > 0 ? (uint64_t)cfg->max_pixels : 0;
     const char *split =
         usage == CL_USAGE_TRAIN ? cfg->train_split : cfg->val_split;
     const char *key = usage == CL_USAGE_TRAIN ? "train_split" : "val_split";
