@@ -127,9 +127,9 @@ cl_status cl_train(const char *config_path, const char *config_text,
         summary->seconds = res.seconds;
         summary->img_per_s = res.img_per_s;
         summary->stopped = r.stopped;
-        if (s != CL_OK) {
-            /* The loop fills its result only when it finishes; a stopped
-             * or failed run reports what its events said. */
+        if (s != CL_OK && s != CL_ERR_INTERRUPTED) {
+            /* The loop fills its result when it finishes or stops; a
+             * failed run reports what its events said. */
             summary->steps = r.last_step - r.first_step;
             summary->epochs = r.last_epoch;
             summary->last_loss = r.last_loss;

@@ -872,12 +872,11 @@ static int stop_requested(run *r)
 /* After step: the step checkpoint (unless the interval just wrote it) and
  * the CL_ERR_INTERRUPTED message saying how to go on. */
 static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
-                          int64_t step, const char *last_good)
+                          int64_t step, const char *last_good, char *path,
+                          size_t n)
 {
-    char path[640];
-    snprintf(path, sizeof path, "%s/%s-e%lld-s%lld.safetensors",
-             r->cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1,
-             (long long)step);
+    snprintf(path, n, "%s/%s-e%lld-s%lld.safetensors", r->cfg->ckpt_save_dir,
+             r->arch_name, (long long)epoch + 1, (long long)step);
     if (r->root && strcmp(path, last_good) != 0) {
         CL_TRY(save_checkpoint(r, path, epoch, next_batch, step));
         CL_TRY(rotate(r, path));
@@ -1537,6 +1536,20 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
     return CL_OK;
 }
 
+/* The loop's counters into res: time, steps, smoothed loss, throughput. */
+static void loop_result(run *r, const loop *lp, cl_train_result *res)
+{
+    res->seconds = cl_time_now() - lp->t_start;
+    res->steps = lp->step;
+    res->steps_run = lp->step - lp->step0;
+    res->last_loss = cl_ema_get(&lp->ema);
+    res->img_per_s = res->seconds > 0 ? (double)lp->imgs / res->seconds : 0;
+    res->data_wait_share =
+        res->seconds > 0
+            ? (cl_loader_wait_seconds(r->train_ld) - lp->wait0) / res->seconds
+            : 0;
+}
+
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                        const cl_train_hooks *hooks, cl_train_result *res)
 {
@@ -1670,23 +1683,21 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                 goto fail;
             int sig = stop_requested(&r);
             if (sig) {
+                /* A stopped run reports what it trained and the
+                 * checkpoint it wrote, as a finished one does. */
                 res->stop_signal = sig > 0 ? sig : 0;
-                s = stop_now(&r, sig, epoch, bi + 1, lp.step, lp.last_good);
+                loop_result(&r, &lp, res);
+                s = stop_now(&r, sig, epoch, bi + 1, lp.step, lp.last_good,
+                             res->last_ckpt, sizeof res->last_ckpt);
+                if (!r.root)
+                    res->last_ckpt[0] = '\0';
                 goto fail;
             }
         }
         if ((s = epoch_end(&r, &lp, epoch, res)) != CL_OK)
             goto fail;
     }
-    res->seconds = cl_time_now() - lp.t_start;
-    res->steps = lp.step;
-    res->steps_run = lp.step - step;
-    res->last_loss = cl_ema_get(&lp.ema);
-    res->img_per_s = res->seconds > 0 ? (double)lp.imgs / res->seconds : 0;
-    res->data_wait_share =
-        res->seconds > 0
-            ? (cl_loader_wait_seconds(r.train_ld) - lp.wait0) / res->seconds
-            : 0;
+    loop_result(&r, &lp, res);
     if (r.root) {
         snprintf(res->last_ckpt, sizeof res->last_ckpt,
                  "%s/%s-last.safetensors", cfg->ckpt_save_dir, r.arch_name);

@@ -67,7 +67,9 @@ typedef struct cl_train_hooks {
  * the step and the last good checkpoint).  While it runs, SIGINT and
  * SIGTERM are caught: the first stops the run after the current step with
  * a step checkpoint and CL_ERR_INTERRUPTED (the message names the file to
- * --resume; res->stop_signal says which signal), a second ends the process
+ * --resume; res->stop_signal says which signal; res holds the steps, time
+ * and throughput so far and last_ckpt that checkpoint, as after a finished
+ * run), a second ends the process
  * at once; the previous handlers are restored on return. */
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                        const cl_train_hooks *hooks, cl_train_result *res);
