@@ -1008,6 +1008,26 @@ CL_TEST(slow_client_is_cut_off)
     CHECK(n <= 0 || dt < 5); /* closed, maybe after a 408 */
     CHECK(dt < 5);
     close(fd);
+    /* A body trickled a byte every 0.3 s (never idle for the timeout) is
+     * cut off 3 timeouts after its headers. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    const char *hdr = "POST /v1/models/tiny:classify HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Type: image/png\r\nContent-Length: 100000\r\n"
+                      "\r\n";
+    CHECK(write(fd, hdr, strlen(hdr)) == (ssize_t)strlen(hdr));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int cut = 0;
+    for (int i = 0; i < 40 && !cut; i++) {
+        nap(300);
+        cut = send(fd, "x", 1, MSG_NOSIGNAL) != 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("trickled body cut after %.2f s\n", dt);
+    CHECK(cut && dt < 8);
+    close(fd);
     CHECK(http(&s, "/v2/health/live", NULL) == 200);
     CHECK(stop(&s) == 0);
 }

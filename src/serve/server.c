@@ -696,6 +696,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
         return start_request(sv, con, url, method, r);
     }
     if (*upload_size) {
+        /* libmicrohttpd's timeout is one of inactivity: a client trickling
+         * a byte now and then would keep its connection for ever, so the
+         * whole body must arrive within 3 timeouts of the headers. */
+        if (cl_serve_now() - r->t0 > 3.0 * sv->o.timeout_s)
+            return MHD_NO;
         /* Past the limit the rest is read and dropped, so that the client
          * gets its 413 instead of a reset connection. */
         if (!r->too_big && r->body.len + *upload_size > sv->o.max_body) {
