@@ -1,6 +1,7 @@
 /* `classic train`: run a recipe, single process or under mpirun. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "classic/classic.h"
@@ -9,9 +10,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/dist.h"
+#include "io/checkpoint.h"
 #include "io/strbuf.h"
 #include "report/report.h"
+#include "train/metrics.h"
 #include "train/train_config.h"
+#include "train/trainer.h"
 
 static void usage(void)
 {
@@ -117,11 +121,22 @@ int cl_cmd_train(int argc, char **argv)
                "data wait %.1f%%)\n",
                res.steps, res.seconds, res.img_per_s,
                100 * res.data_wait_share);
-        if (!isnan(res.val_top1))
-            printf("validation: top-1 %.2f%%  top-5 %.2f%%  loss %.4f "
-                   "(best %stop-1 %.2f%%)\n",
-                   100 * res.val_top1, 100 * res.val_top5, res.val_loss,
-                   cfg.ema ? "EMA " : "", 100 * res.best_top1);
+        if (!isnan(res.val_top1)) {
+            /* top-k as training and eval name it: min(5, K), K from the
+             * checkpoint (the config's num_classes may be 0). */
+            char kbuf[32] = "", ls[32];
+            cl_ckpt_read_meta(res.last_checkpoint, CL_META_NUM_CLASSES, kbuf,
+                              sizeof kbuf);
+            cl_clear_error();
+            int k = atoi(kbuf);
+            printf("validation: top-1 %.2f%%  top-%d %.2f%%  loss %s "
+                   "(best %stop-1 %.2f%%), precision %s\n",
+                   100 * res.val_top1, k > 0 ? cl_metrics_topk_k(k) : 5,
+                   100 * res.val_top5,
+                   cl_metrics_fmt_loss(res.val_loss, ls, sizeof ls),
+                   cfg.ema ? "EMA " : "", 100 * res.best_top1,
+                   cl_train_eval_precision(cfg.amp_level));
+        }
         printf("checkpoint: %s\n", res.last_checkpoint);
         if (res.best_checkpoint[0])
             printf("best:       %s\n", res.best_checkpoint);

@@ -192,6 +192,7 @@ static cl_status from_record(const cl__runlog *rl, const cl_report_opts *o,
     snprintf(ev->dataset, sizeof ev->dataset, "%s", info.dataset);
     checkpoint_meta(rl, ev);
     ev->from_training = 1;
+    snprintf(ev->precision, sizeof ev->precision, "%s", info.precision);
     ev->done = 1;
     /* The misclassified images, read by index from the run's data. */
     cl_config cfg = rl->cfg;
@@ -299,6 +300,8 @@ cl_status cl__report_eval_run(const cl__runlog *rl, const cl_report_opts *o,
     if ((s = embed_images(ev, md.ds)) != CL_OK)
         goto done;
     checkpoint_meta(rl, ev);
+    snprintf(ev->precision, sizeof ev->precision, "%s",
+             cl_precision_name(m.precision));
     ev->done = 1;
 done:
     ev->seconds = cl_time_now() - t0;

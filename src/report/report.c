@@ -13,6 +13,7 @@
 #include "core/mem.h"
 #include "io/atomic.h"
 #include "report/report_internal.h"
+#include "train/metrics.h"
 
 static const char css[] =
     ":root{--fg:#1f2937;--muted:#6b7280;--line:#e5e7eb;--bg:#f6f7f9}"
@@ -322,9 +323,21 @@ static int header_ranks(const char *h)
 
 /* ---- the run report ---------------------------------------------------- */
 
+/* The k of the log's top-k: min(5, K) as its eval lines record it, else
+ * from the config's num_classes; 5 for logs of older versions. */
+static int run_topk(const cl__runlog *rl)
+{
+    for (size_t i = rl->n_eval; i > 0; i--)
+        if (rl->eval[i - 1].topk > 0)
+            return rl->eval[i - 1].topk;
+    if (rl->have_config && rl->cfg.num_classes > 0)
+        return cl_metrics_topk_k(rl->cfg.num_classes);
+    return 5;
+}
+
 static cl_status summary(cl_strbuf *b, const cl__runlog *rl, const cols *c)
 {
-    char v[64], d[128];
+    char v[64], d[128], k[32];
     const cl__rl_eval *last = rl->n_eval ? &rl->eval[rl->n_eval - 1] : NULL;
     const cl__rl_train *lt = rl->n_train ? &rl->train[rl->n_train - 1] : NULL;
     size_t best = 0;
@@ -333,11 +346,16 @@ static cl_status summary(cl_strbuf *b, const cl__runlog *rl, const cols *c)
             best = i;
     CL_TRY(cl_strbuf_adds(b, "<section class=\"cards\" id=\"summary\">"));
     pct(v, sizeof v, last ? last->top1 : NAN);
-    snprintf(d, sizeof d, last ? "epoch %lld, %.0f samples" : "no eval yet",
-             last ? (long long)last->epoch : 0LL, last ? last->samples : 0.0);
+    /* The training's validation names its precision (bf16 at amp O2),
+     * since `classic eval` of the same checkpoint at f32 differs. */
+    snprintf(d, sizeof d, last ? "epoch %lld, %.0f samples%s%s" : "no eval yet",
+             last ? (long long)last->epoch : 0LL, last ? last->samples : 0.0,
+             last && last->precision[0] ? ", " : "",
+             last ? last->precision : "");
     CL_TRY(card(b, "final-top1", "val top-1", v, d));
     pct(v, sizeof v, last ? last->top5 : NAN);
-    CL_TRY(card(b, "final-top5", "val top-5", v, last ? "last eval" : ""));
+    snprintf(k, sizeof k, "val top-%d", run_topk(rl));
+    CL_TRY(card(b, "final-top5", k, v, last ? "last eval" : ""));
     pct(v, sizeof v, rl->n_eval ? rl->eval[best].top1 : NAN);
     snprintf(d, sizeof d, "epoch %lld",
              rl->n_eval ? (long long)rl->eval[best].epoch : 0LL);
@@ -398,6 +416,13 @@ static cl_status chart(cl_strbuf *b, const char *id, const char *title,
 static cl_status curves(cl_strbuf *b, const cl__runlog *rl, const cols *c)
 {
     size_t nt = rl->n_train, ne = rl->n_eval;
+    char topk[16], acc_title[96];
+    const cl__rl_eval *last = ne ? &rl->eval[ne - 1] : NULL;
+    snprintf(topk, sizeof topk, "top-%d", run_topk(rl));
+    snprintf(acc_title, sizeof acc_title, "Validation accuracy%s%s%s",
+             last && last->precision[0] ? " (" : "",
+             last ? last->precision : "",
+             last && last->precision[0] ? ")" : "");
     CL_TRY(cl_strbuf_adds(b, "<h2 id=\"curves\">Training curves</h2>"
                              "<div class=\"grid2\">\n"));
     cl__svg_series loss[2] = {
@@ -418,9 +443,9 @@ static cl_status curves(cl_strbuf *b, const cl__runlog *rl, const cols *c)
                  0, 1, el, 2));
     cl__svg_series acc[2] = {
         {"top-1", "acc-top1", c->ep, c->top1, ne, C_GREEN, 2.2, 0, 0, 1},
-        {"top-5", "acc-top5", c->ep, c->top5, ne, C_GREEN, 1.6, 0, 1, 1}};
-    CL_TRY(chart(b, "chart-acc", "Validation accuracy", "epoch", "accuracy", 0,
-                 1, 1, acc, 2));
+        {topk, "acc-top5", c->ep, c->top5, ne, C_GREEN, 1.6, 0, 1, 1}};
+    CL_TRY(
+        chart(b, "chart-acc", acc_title, "epoch", "accuracy", 0, 1, 1, acc, 2));
     cl__svg_series ips = {"img/s", "ips-curve", c->step, c->ips, nt,
                           C_GREEN, 1.8,         0,       0,      0};
     CL_TRY(chart(b, "chart-ips", "Throughput", "step", "images / s", 0, 0, 0,
@@ -495,6 +520,10 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
             CL_TRY(cl__html_esc(b, ev->split));
             if (ev->hflip)
                 CL_TRY(cl_strbuf_adds(b, ", each averaged with its mirror"));
+            if (ev->precision[0]) {
+                CL_TRY(cl_strbuf_adds(b, ", precision "));
+                CL_TRY(cl__html_esc(b, ev->precision));
+            }
             if (ev->from_training)
                 CL_TRY(cl_strbuf_adds(b, ", the training's own evaluation "
                                          "(not run again)"));
@@ -509,14 +538,15 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
         CL_TRY(cl__html_esc(b, ev->note));
         return cl_strbuf_adds(b, "</p>\n");
     }
-    char v[64], d[96];
+    char v[64], d[96], k[16];
     CL_TRY(cl_strbuf_adds(b, "<div class=\"cards\" id=\"eval-cards\">"));
     pct(v, sizeof v, ev->samples ? (double)ev->correct / ev->samples : NAN);
     snprintf(d, sizeof d, "%lld / %lld", (long long)ev->correct,
              (long long)ev->samples);
     CL_TRY(card(b, "eval-top1", "top-1", v, d));
     pct(v, sizeof v, ev->samples ? (double)ev->correct5 / ev->samples : NAN);
-    CL_TRY(card(b, "eval-top5", "top-5", v, ""));
+    snprintf(k, sizeof k, "top-%d", cl_metrics_topk_k(ev->k));
+    CL_TRY(card(b, "eval-top5", k, v, ""));
     cl__fmt_num(v, sizeof v, ev->samples ? ev->loss_sum / ev->samples : NAN, 4);
     CL_TRY(card(b, "eval-loss", "loss", v, "cross-entropy"));
     CL_TRY(cl_strbuf_adds(b, "</div>\n<div class=\"evalgrid\">"));
@@ -754,14 +784,20 @@ static cl_status cmp_table(cl_strbuf *b, const cl__runlog *r[2], const cols *c,
     CL_TRY(cl_strbuf_adds(b, "</th><th>"));
     CL_TRY(cl__html_esc(b, lb));
     CL_TRY(cl_strbuf_adds(b, "</th></tr>"));
-    static const char *const rows[] = {"val top-1 (last)",
-                                       "best top-1",
-                                       "val top-5 (last)",
-                                       "val loss (last)",
-                                       "train loss (smoothed, last)",
-                                       "steps",
-                                       "epochs",
-                                       "img/s (median)"};
+    int ka = run_topk(r[0]), kb = run_topk(r[1]);
+    char row_k[32];
+    if (ka == kb)
+        snprintf(row_k, sizeof row_k, "val top-%d (last)", ka);
+    else
+        snprintf(row_k, sizeof row_k, "val top-k (last; k %d, %d)", ka, kb);
+    const char *const rows[] = {"val top-1 (last)",
+                                "best top-1",
+                                row_k,
+                                "val loss (last)",
+                                "train loss (smoothed, last)",
+                                "steps",
+                                "epochs",
+                                "img/s (median)"};
     for (int i = 0; i < 8; i++) {
         CL_TRY(cl_strbuf_adds(b, "<tr><td>"));
         CL_TRY(cl_strbuf_adds(b, rows[i]));
@@ -914,16 +950,23 @@ cl_status cl_report_compare(const char *run_a, const char *run_b,
                    lr, 2)) != CL_OK)
         goto fail;
     size_t ea = ra.n_eval, eb = rb.n_eval;
-    char t5a[320], t5b[320];
-    snprintf(t5a, sizeof t5a, "%s top-5", la);
-    snprintf(t5b, sizeof t5b, "%s top-5", lb);
+    char t5a[320], t5b[320], acc_title[96];
+    int ka = run_topk(&ra), kb = run_topk(&rb);
+    snprintf(t5a, sizeof t5a, "%s top-%d", la, ka);
+    snprintf(t5b, sizeof t5b, "%s top-%d", lb, kb);
+    if (ka == kb)
+        snprintf(acc_title, sizeof acc_title,
+                 "Validation top-1 (top-%d dashed)", ka);
+    else
+        snprintf(acc_title, sizeof acc_title,
+                 "Validation top-1 (top-k dashed)");
     cl__svg_series acc[4] = {
         {la, "cmp-top1-a", c[0].ep, c[0].top1, ea, C_BLUE, 2.2, 0, 0, 1},
         {lb, "cmp-top1-b", c[1].ep, c[1].top1, eb, C_ORANGE, 2.2, 0, 0, 1},
         {NULL, "cmp-top5-a", c[0].ep, c[0].top5, ea, C_BLUE, 1.4, 0.6, 1, 0},
         {NULL, "cmp-top5-b", c[1].ep, c[1].top5, eb, C_ORANGE, 1.4, 0.6, 1, 0}};
-    if ((s = chart(&b, "cmp-chart-acc", "Validation top-1 (top-5 dashed)",
-                   "epoch", "accuracy", 0, 1, 1, acc, 4)) != CL_OK)
+    if ((s = chart(&b, "cmp-chart-acc", acc_title, "epoch", "accuracy", 0, 1, 1,
+                   acc, 4)) != CL_OK)
         goto fail;
     cl__svg_series el[4] = {{la, "cmp-epoch-loss-a", c[0].tep, c[0].tloss,
                              c[0].n_ep, C_BLUE, 2, 0, 0, 1},

@@ -22,6 +22,8 @@ typedef struct cl__rl_train {
 typedef struct cl__rl_eval {
     int64_t step, epoch;
     double top1, top5, loss, samples, epoch_s;
+    int topk;           /* the k top5 counts (min(5, K)); 0: not recorded */
+    char precision[16]; /* "f32", "bf16", ...; "" when not recorded */
 } cl__rl_eval;
 
 /* A run directory as read at report time. */
@@ -123,7 +125,8 @@ typedef struct cl__report_eval {
     char ckpt_epoch[32], ckpt_step[32], ckpt_version[64];
     char split[96], dataset[64];
     double seconds;
-    int from_training; /* the training's own pass (its .val record) */
+    int from_training;  /* the training's own pass (its .val record) */
+    char precision[16]; /* the pass's ("f32", "bf16"); "" if not known */
 } cl__report_eval;
 
 /* Evaluates rl->ckpt; failures are reported in ev->note, never returned,

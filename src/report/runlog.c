@@ -118,6 +118,12 @@ static cl_status add_record(cl__runlog *rl, const cl_json *o)
         e->loss = num(o, "val_loss");
         e->samples = num(o, "val_samples");
         e->epoch_s = num(o, "epoch_s");
+        double k = num(o, "val_topk");
+        e->topk = isfinite(k) && k >= 1 && k <= 5 ? (int)k : 0;
+        const cl_json *p = cl_json_get(o, "precision");
+        e->precision[0] = '\0';
+        if (p && p->type == CL_JSON_STR)
+            snprintf(e->precision, sizeof e->precision, "%s", p->str);
     }
     /* Other kinds are records of later versions: skipped quietly. */
     return CL_OK;

@@ -2,6 +2,7 @@
  * or log y), the confusion heatmap and per-class accuracy bars.  Styling
  * lives in the page's CSS (classes), data colours in attributes. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,9 @@
 #define MAX_PATH_POINTS 4000
 
 enum { M_LEFT = 62, M_RIGHT = 18, M_TOP = 40, M_BOTTOM = 46 };
+
+/* Vertical room a 12 px tick label needs, px. */
+#define LABEL_GAP 16.0
 
 typedef struct axis {
     double lo, hi; /* data range shown */
@@ -161,15 +165,26 @@ static cl_status y_ticks(cl_strbuf *b, const cl__svg_chart *c, const axis *y,
     int n = 0;
     double step = 0;
     if (y->log) {
+        /* Labels at least LABEL_GAP px apart: 1, 2 and 5 per decade where
+         * a decade is tall enough (2 sits 0.30 of a decade above 1), one
+         * per decade below that, every m-th decade for a run whose loss
+         * went from 0.1 to 1e30. */
         int d0 = (int)floor(log10(y->lo)), d1 = (int)ceil(log10(y->hi));
         static const double mult[] = {1, 2, 5};
-        int dense = d1 - d0 <= 3;
-        for (int d = d0; d <= d1 && n < 60; d++)
+        double decade = fabs(y->px1 - y->px0) /
+                        (log10(y->hi) - log10(y->lo)); /* px per decade */
+        int dense = decade * log10(2.0) >= LABEL_GAP;
+        int every =
+            dense || decade >= LABEL_GAP ? 1 : (int)ceil(LABEL_GAP / decade);
+        for (int d = d0; d <= d1 && n < 60; d++) {
+            if (((d % every) + every) % every != 0)
+                continue;
             for (int m = 0; m < (dense ? 3 : 1); m++) {
                 double v = mult[m] * pow(10, d);
                 if (v >= y->lo * 0.999 && v <= y->hi * 1.001)
                     vals[n++] = v;
             }
+        }
     } else {
         step = nice_step(y->hi - y->lo, 5);
         for (double v = ceil(y->lo / step - 1e-9) * step;
@@ -248,8 +263,30 @@ static cl_status series_path(cl_strbuf *b, const cl__svg_chart *c,
         pen = 1;
     }
     CL_TRY(cl_strbuf_adds(b, "\"/>"));
-    if (!s->markers)
+    if (!s->markers) {
+        /* A point with no drawn neighbour is a path of one point, which
+         * draws nothing (a run of 2 steps logs one): a dot shows it. */
+        size_t prev = SIZE_MAX;
+        for (size_t j = 0; j < s->n; j++) {
+            if (j % every != 0 && j + 1 != s->n)
+                continue;
+            int ok = usable(y, s->y[j]) && isfinite(s->x[j]);
+            size_t nx = j + every < s->n ? j + every : s->n - 1;
+            int next_ok = nx != j && usable(y, s->y[nx]) && isfinite(s->x[nx]);
+            int prev_ok = prev != SIZE_MAX && usable(y, s->y[prev]) &&
+                          isfinite(s->x[prev]);
+            prev = j;
+            if (!ok || next_ok || prev_ok)
+                continue;
+            CL_TRY(cl_strbuf_addf(
+                b,
+                "<circle class=\"lone\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
+                "fill=\"%s\"/>",
+                ax_map(x, s->x[j]), ax_map(y, s->y[j]),
+                (s->width > 0 ? s->width : 1.5) + 1.5, s->color));
+        }
         return CL_OK;
+    }
     for (size_t j = 0; j < s->n; j++) {
         if (!usable(y, s->y[j]) || !isfinite(s->x[j]))
             continue;
@@ -426,7 +463,12 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
     const double left = 26 + lw, top = 34, size = cell * k;
     const double bottom = (labels ? (lw - 10) * 0.72 : 20) + 30;
     const double legend_w = 70;
-    const double W = left + size + legend_w, H = top + size + bottom;
+    static const char title[] = "Confusion matrix (row-normalised)";
+    /* A matrix of 2 classes is narrower than its title: widen the
+     * picture, not clip the title. */
+    double W = left + size + legend_w, H = top + size + bottom;
+    if (W < text_w(title, 15) + 12) /* 14 px, bold */
+        W = text_w(title, 15) + 12;
     CL_TRY(cl_strbuf_addf(b,
                           "<svg id=\"%s\" class=\"heatmap\" "
                           "xmlns=\"http://www.w3.org/2000/svg\" "
@@ -446,8 +488,7 @@ cl_status cl__svg_confusion(cl_strbuf *b, const char *id, const int64_t *cm,
                               i * 10, col));
     }
     CL_TRY(cl_strbuf_adds(b, "</linearGradient></defs>"));
-    CL_TRY(add_text(b, "chart-title", 4, 20, NULL,
-                    "Confusion matrix (row-normalised)"));
+    CL_TRY(add_text(b, "chart-title", 4, 20, NULL, title));
     for (int r = 0; r < k; r++) {
         int64_t row = 0;
         for (int j = 0; j < k; j++)

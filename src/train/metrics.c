@@ -30,7 +30,7 @@ cl_status cl_metrics_init(cl_metrics *m, int num_classes)
     if (!m->counts)
         return CL_ERR_NOMEM;
     m->num_classes = num_classes;
-    m->k = num_classes < 5 ? num_classes : 5;
+    m->k = cl_metrics_topk_k(num_classes);
     m->n_counts = CNT_HEADER + kk;
     m->confusion = m->counts + CNT_HEADER;
     m->loss_sum = 0.0;
@@ -191,17 +191,31 @@ static void print_row(const cl_metrics *m, FILE *out, const char *const *names,
         fprintf(out, "%8s\n", "-");
 }
 
+int cl_metrics_topk_k(int num_classes)
+{
+    return num_classes < 5 ? num_classes : 5;
+}
+
+const char *cl_metrics_fmt_loss(double loss, char *buf, size_t n)
+{
+    snprintf(buf, n, fabs(loss) < 1e5 || !isfinite(loss) ? "%.4f" : "%.4g",
+             loss);
+    return buf;
+}
+
 cl_status cl_metrics_print(const cl_metrics *m, FILE *out,
                            const char *const *class_names)
 {
     const int K = m->num_classes;
     int64_t n = cl_metrics_count(m);
+    char ls[32];
     fprintf(out,
-            "%lld samples, loss %.4f, top-1 %.2f%% (%lld), top-%d %.2f%% "
+            "%lld samples, loss %s, top-1 %.2f%% (%lld), top-%d %.2f%% "
             "(%lld), mean class accuracy %.2f%%\n",
-            (long long)n, cl_metrics_loss(m), 100.0 * cl_metrics_top1(m),
-            (long long)m->counts[CNT_TOP1], m->k, 100.0 * cl_metrics_topk(m),
-            (long long)m->counts[CNT_TOPK],
+            (long long)n,
+            cl_metrics_fmt_loss(cl_metrics_loss(m), ls, sizeof ls),
+            100.0 * cl_metrics_top1(m), (long long)m->counts[CNT_TOP1], m->k,
+            100.0 * cl_metrics_topk(m), (long long)m->counts[CNT_TOPK],
             100.0 * cl_metrics_mean_class_acc(m));
     const int all = K <= 100;
     if (all)

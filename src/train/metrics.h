@@ -66,6 +66,16 @@ double cl_metrics_mean_class_acc(const cl_metrics *m);
  * may any entry.  CL_ERR_IO if writing fails. */
 cl_status cl_metrics_print(const cl_metrics *m, FILE *out,
                            const char *const *class_names);
+/* The number of classes min(5, K) that top-k counts, for labels:
+ * "top-%d" names it top-2 on a 2-class run, in training, eval and the
+ * report alike. */
+int cl_metrics_topk_k(int num_classes);
+
+/* A loss for a person to read, into buf (returned): "%.4f" below 1e5,
+ * "%.4g" from there on, so that a diverged run prints 8.376e+30 and not
+ * 31 digits.  metrics.jsonl keeps the full number. */
+const char *cl_metrics_fmt_loss(double loss, char *buf, size_t n);
+
 /* The confusion matrix as CSV: header "true\pred,<name>...", then one row
  * per true class "<name>,<count>...", names quoted as RFC 4180 needs.
  * Written to "<path>.tmp" and renamed, so a reader never sees half a file.

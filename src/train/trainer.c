@@ -953,6 +953,10 @@ static void jsonl_eval(run *r, int64_t step, int64_t epoch, double epoch_s)
     }
     if (r->cfg->eval_hflip) /* absent: plain eval, as in older files */
         cl_strbuf_adds(b, ",\"val_hflip\":true");
+    /* What val_top5 counts (min(5, K)) and the precision the pass ran at,
+     * so that the report labels them (absent in older files: top-5, f32). */
+    cl_strbuf_addf(b, ",\"val_topk\":%d,\"precision\":\"%s\"", r->val.k,
+                   cl_train_eval_precision(r->cfg->amp_level));
     cl_strbuf_adds(b, "}\n");
     fputs(cl_strbuf_str(b), r->jsonl);
     fflush(r->jsonl);
@@ -1179,6 +1183,8 @@ static cl_status save_val_record(run *r, const char *ckpt, int64_t epoch,
                                                            : r->cfg->val_split);
     snprintf(info.dataset, sizeof info.dataset, "%s",
              cl_dataset_format(r->val_ds));
+    snprintf(info.precision, sizeof info.precision, "%s",
+             cl_train_eval_precision(r->cfg->amp_level));
     char path[700];
     cl_val_record_path(ckpt, path, sizeof path);
     /* The pass of the weights the checkpoint gives by default. */
@@ -1202,16 +1208,24 @@ static cl_status eval_pass(run *r, cl_metrics *m, cl_val_misses *misses)
     return CL_OK;
 }
 
+const char *cl_train_eval_precision(int amp_level)
+{
+    return amp_level == 0 ? "f32" : amp_level == 1 ? "bf16 (O1)" : "bf16";
+}
+
 static void log_eval(run *r, int64_t epoch, const char *what,
                      const cl_metrics *m)
 {
+    char ls[32];
     cl_log(r->lg, CL_LOG_INFO,
-           "epoch %lld eval%s: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  "
-           "(%lld samples%s)",
-           (long long)epoch + 1, what, 100 * cl_metrics_top1(m),
-           100 * cl_metrics_topk(m), cl_metrics_loss(m),
+           "epoch %lld eval%s: top-1 %.2f%%  top-%d %.2f%%  loss %s  "
+           "(%lld samples%s, precision %s)",
+           (long long)epoch + 1, what, 100 * cl_metrics_top1(m), m->k,
+           100 * cl_metrics_topk(m),
+           cl_metrics_fmt_loss(cl_metrics_loss(m), ls, sizeof ls),
            (long long)cl_metrics_count(m),
-           r->cfg->eval_hflip ? ", averaged with their mirrors" : "");
+           r->cfg->eval_hflip ? ", averaged with their mirrors" : "",
+           cl_train_eval_precision(r->cfg->amp_level));
 }
 
 /* The average's pass: its weights swapped into the graph for the pass and
@@ -1419,17 +1433,19 @@ static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
     /* The step's lr as the optimizer took it (a float). */
     float lr = (float)cl_lr_at(&r->lr, lp->step - 1);
     if (r->root) {
-        char msg[320], cs[32] = "", eta[32];
+        char msg[320], cs[32] = "", eta[32], l0[32], l1[32];
         fmt_duration(left, eta, sizeof eta);
         if (r->sync)
             snprintf(cs, sizeof cs, " comm %.1f%%",
                      dt > 0 ? 100 * comm / dt : 0);
         snprintf(msg, sizeof msg,
-                 "epoch %lld/%d step %lld/%lld loss %.4f (avg %.4f) lr %.5g | "
+                 "epoch %lld/%d step %lld/%lld loss %s (avg %s) lr %.5g | "
                  "%.1f img/s %.0f ms/step data %.1f%%%s | ETA %s",
                  (long long)epoch + 1, cfg->epoch_size, (long long)in_epoch,
-                 (long long)r->steps_per_epoch, lv[0], lv[1], lr, ips * ranks,
-                 ms, dt > 0 ? 100 * w / dt : 0, cs, eta);
+                 (long long)r->steps_per_epoch,
+                 cl_metrics_fmt_loss(lv[0], l0, sizeof l0),
+                 cl_metrics_fmt_loss(lv[1], l1, sizeof l1), lr, ips * ranks, ms,
+                 dt > 0 ? 100 * w / dt : 0, cs, eta);
         if (lp->tty)
             printf("\r\033[K%s", msg);
         else
@@ -1481,10 +1497,11 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
     if (lp->tty)
         printf("\n");
     double epoch_s = cl_time_now() - lp->t_epoch;
-    char es[32];
+    char es[32], lstr[32];
     fmt_duration(epoch_s, es, sizeof es);
-    cl_log(r->lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %.4f",
-           (long long)epoch + 1, cfg->epoch_size, es, cl_ema_get(&lp->ema));
+    cl_log(r->lg, CL_LOG_INFO, "epoch %lld/%d done in %s, loss (avg) %s",
+           (long long)epoch + 1, cfg->epoch_size, es,
+           cl_metrics_fmt_loss(cl_ema_get(&lp->ema), lstr, sizeof lstr));
     /* on_bad_image: skip must not hide what it dropped. */
     cl_loader_stats ls;
     cl_loader_get_stats(r->train_ld, &ls);

@@ -30,6 +30,11 @@ typedef struct cl_train_result {
     int stop_signal; /* SIGINT/SIGTERM that stopped the run, else 0 */
 } cl_train_result;
 
+/* The precision the training's own validation runs at, as `classic eval
+ * --precision` names it: the training plan evaluates, so amp_level O0 is
+ * "f32", O2 "bf16" and O1 (bf16 convolutions and matmuls) "bf16 (O1)". */
+const char *cl_train_eval_precision(int amp_level);
+
 /* What the loop tells a caller's hook. */
 typedef enum cl_train_event_kind {
     CL_TRAIN_EVENT_STEP, /* a printed step (every per_print_times) */

@@ -166,7 +166,8 @@ cl_status cl_val_record_save(const char *path, const cl_metrics *met,
         (s = cl_st_writer_meta(w, "loss_sum", v[3])) == CL_OK &&
         (s = cl_st_writer_meta(w, "hflip", v[4])) == CL_OK &&
         (s = cl_st_writer_meta(w, "split", info->split)) == CL_OK &&
-        (s = cl_st_writer_meta(w, "dataset", info->dataset)) == CL_OK)
+        (s = cl_st_writer_meta(w, "dataset", info->dataset)) == CL_OK &&
+        (s = cl_st_writer_meta(w, "precision", info->precision)) == CL_OK)
         s = cl_st_writer_save(w, path);
     cl_st_writer_free(w);
     cl_strbuf_free(&names);
@@ -340,6 +341,9 @@ cl_status cl_val_record_load(const char *path, cl_metrics *met,
     info->hflip = (int)hflip;
     snprintf(info->split, sizeof info->split, "%s", split);
     snprintf(info->dataset, sizeof info->dataset, "%s", dataset);
+    /* Absent in records of older versions: the precision is not known. */
+    const char *prec = cl_st_metadata(f, "precision");
+    snprintf(info->precision, sizeof info->precision, "%s", prec ? prec : "");
 done:
     if (s != CL_OK) {
         cl_metrics_free(met);

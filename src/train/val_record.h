@@ -48,6 +48,7 @@ typedef struct cl_val_record_info {
     int64_t step, epoch; /* of the checkpoint evaluated (epoch 1-based) */
     int hflip;           /* logits averaged with the mirror's */
     char split[96], dataset[64];
+    char precision[16]; /* the pass's ("f32", "bf16"); "" if not recorded */
 } cl_val_record_info;
 
 /* Writes the record to path: met's counts (confusion matrix included), its
