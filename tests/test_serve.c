@@ -192,7 +192,15 @@ typedef struct server {
 
 /* Starts `classic serve --model tiny=CKPT --port 0 <extra>` and waits (30 s
  * at most) for its "listening on" line; port 0 when it did not come. */
+static int start_env(server *s, const char *extra, void (*pre_exec)(void));
+
 static int start(server *s, const char *extra)
+{
+    return start_env(s, extra, NULL);
+}
+
+/* start, with pre_exec run in the child before the exec. */
+static int start_env(server *s, const char *extra, void (*pre_exec)(void))
 {
     static int count;
     char args[16384];
@@ -204,7 +212,7 @@ static int start(server *s, const char *extra)
              count++);
     snprintf(args, sizeof args, "serve --model tiny=%s --port 0 %s", ck,
              extra ? extra : "");
-    s->pid = cl_test_classic_start(args, s->log, NULL);
+    s->pid = cl_test_classic_start(args, s->log, pre_exec);
     for (int t = 0; t < 600 && s->pid > 0; t++) {
         char *txt = cl_test_read_file(s->log, NULL);
         const char *at =
@@ -1345,5 +1353,30 @@ CL_TEST(browser_page_shows_the_top_1)
     cl_test_wait(pid, 10);
     if (!sid[0])
         printf("%s\n", cl_test_slurp(log));
+    CHECK(stop(&s) == 0);
+}
+
+/* Open MPI's session directory goes under $TMPDIR from MPI_Init to
+ * MPI_Finalize: the server's TMPDIR must stay empty while it serves. */
+static char mpi_tmp[1300];
+
+static void private_tmpdir(void)
+{
+    setenv("TMPDIR", mpi_tmp, 1);
+}
+
+CL_TEST(mpi_is_never_initialised)
+{
+    snprintf(mpi_tmp, sizeof mpi_tmp, "%s/tmp", cl_test_tmpdir());
+    mkdir(mpi_tmp, 0755);
+    server s;
+    REQUIRE(start_env(&s, NULL, private_tmpdir));
+    char args[2000];
+    snprintf(args, sizeof args,
+             "-H 'Content-Type: image/jpeg' --data-binary @%s", image(0));
+    CHECK(http(&s, "/v1/models/tiny:classify", args) == 200);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -q ompi", mpi_tmp);
+    CHECK(cl_test_run(cmd) != 0);
     CHECK(stop(&s) == 0);
 }
