@@ -279,3 +279,79 @@ CL_TEST(hints_where_the_cause_is_known)
                              ".pth") != NULL);
     CHECK(err && !strstr(err, "safetensors"));
 }
+
+/* Every line of `classic <args>` within 80 columns, and none holding bad. */
+static void help_reads_well(const char *args, const char *bad)
+{
+    CHECK(cl_test_classic(args) == 0);
+    const char *p = cl_test_out;
+    while (*p) {
+        size_t n = strcspn(p, "\n");
+        if (n > 80)
+            cl_test_fail(__FILE__, __LINE__,
+                         "classic %s: a line of %zu "
+                         "columns: %.*s",
+                         args, n, (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+    if (bad && strstr(cl_test_out, bad))
+        cl_test_fail(__FILE__, __LINE__, "classic %s still says \"%s\"", args,
+                     bad);
+}
+
+CL_TEST(help_names_every_model_family)
+{
+    help_reads_well("--help", "a ResNet from");
+    CHECK(strstr(cl_test_out, "ResNet or Swin") != NULL);
+    help_reads_well("train --help", "Trains a ResNet as");
+    CHECK(strstr(cl_test_out, "Trains a ResNet or a Swin") != NULL);
+    help_reads_well("bench --help", NULL);
+    help_reads_well("convert --help", NULL);
+    const char *cmds[] = {"predict",  "eval",   "embed",
+                          "retrieve", "export", "info"};
+    for (int i = 0; i < 6; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        help_reads_well(args, "resnetNN");
+    }
+    /* swin_micro is described at its own 32 px, a ResNet at 224. */
+    CHECK(cl_test_classic("info --arch swin_micro") == 0);
+    CHECK(strstr(cl_test_out, "swin_micro, 3 input channel(s), 1000 classes, "
+                              "32x32 input") != NULL);
+    CHECK(cl_test_classic("info --arch resnet50") == 0);
+    CHECK(strstr(cl_test_out, "224x224 input") != NULL);
+    /* A checkpoint's recipe: how to print it, in words that work. */
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    char args[2000];
+    snprintf(args, sizeof args, "info --checkpoint %s", cl_test_path(ck));
+    CHECK(cl_test_classic(args) == 0);
+    CHECK(strstr(cl_test_out, "add --config to print it") != NULL);
+}
+
+CL_TEST(pretrained_weights_of_another_network_are_named)
+{
+    const char *ck = tiny_run();
+    REQUIRE(ck != NULL);
+    /* torchvision's resnet50 weights (random, as saved by torch.save) for a
+     * resnet18 run. */
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && /usr/bin/python3 -c \"import torch, torchvision; "
+             "torch.save(torchvision.models.resnet50().state_dict(), "
+             "'r50.pth')\"",
+             cl_test_tmpdir());
+    REQUIRE(cl_test_run(cmd) == 0);
+    char args[3000];
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s --model resnet18 "
+             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
+             "--num_parallel_workers 0 --pretrained r50.pth --ckpt_save_dir "
+             "ft --log_level error",
+             cl_test_path("folder"));
+    CHECK(run_here(args) == 1);
+    const char *err = cl_test_slurp(cl_test_path("err.txt"));
+    CHECK(err && strstr(err, "the weights' blocks are those of resnet50, and "
+                             "the model is a resnet18: give --model "
+                             "resnet50") != NULL);
+}

@@ -1,5 +1,6 @@
-/* Public API of libclassic: open a trained ResNet and classify or embed
- * images with it, or train one from a YAML recipe.
+/* Public API of libclassic: open a trained image classifier (ResNet-18..152,
+ * Swin-T, swin_micro) and classify or embed images with it, evaluate it on
+ * a dataset, or train one from a YAML recipe.
  *
  * Example: the five likeliest classes of one image.
  *
@@ -59,9 +60,9 @@ typedef struct cl_prediction {
 } cl_prediction;
 
 /* Opens a checkpoint for inference into *out: a classic checkpoint, a plain
- * safetensors file with torchvision's names or a PyTorch .pth; arch
- * ("resnet50", may be NULL) is checked against the file or picks the ResNet of
- * weights without metadata; backend is "onednn" (NULL), "ref" (the plain
+ * safetensors file with torchvision's names, a PyTorch .pth or a MindSpore
+ * .ckpt; arch ("resnet50", "swin_t", may be NULL) is checked against the
+ * file, or inferred from the tensors of weights without metadata; backend is "onednn" (NULL), "ref" (the plain
  * reference kernels) or "none" (the network is described, not run: the
  * classify and embed calls refuse).  Thread-safe. */
 CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
@@ -90,7 +91,7 @@ CL_API cl_status cl_classifier_open(cl_classifier **out, const char *path,
 /* The precision the classifier runs at ("f32", "bf16"), NULL for NULL.
  * Thread-safe. */
 CL_API const char *cl_classifier_precision(const cl_classifier *c);
-/* Builds the ResNet a recipe describes instead of opening a file: the YAML
+/* Builds the network a recipe describes instead of opening a file: the YAML
  * text config_text (may be NULL) then n_overrides "key=value" strings over
  * classic's defaults (model, stem, in_channels, num_classes -- 1000 when
  * 0 --, image_size, seed; docs/config.md), with the weights a training run
@@ -303,11 +304,13 @@ typedef struct cl_progress {
  * the run cleanly after the current step, with a checkpoint. */
 typedef int (*cl_progress_fn)(void *ctx, const cl_progress *p);
 
-/* What a finished run reports; a run that stopped or failed fills steps,
- * epochs and last_loss from the progress events it sent (the message of
- * CL_ERR_INTERRUPTED names the checkpoint written at the stop). */
+/* What a run reports: a finished run, and one stopped by its callback or a
+ * signal (last_checkpoint is then the checkpoint written at the stop), fill
+ * every field; a run that failed fills steps, epochs and last_loss from the
+ * progress events it sent. */
 typedef struct cl_train_summary {
-    long long steps;
+    long long steps; /* optimizer steps this call trained (0 when it resumed
+                        a run that was complete) */
     int epochs;
     double last_loss;
     double val_top1, val_top5, val_loss; /* last evaluation; NaN if none */
@@ -321,7 +324,7 @@ typedef struct cl_train_summary {
     double data_wait_share; /* fraction of the loop spent waiting on data */
 } cl_train_summary;
 
-/* Trains a ResNet as a recipe says: the YAML file config_path and/or the
+/* Trains a network (ResNet or Swin) as a recipe says: the YAML file config_path and/or the
  * YAML text config_text (either may be NULL; the text applies after the
  * file), then n_overrides "key=value" strings, over classic's defaults
  * (docs/config.md lists the keys).  on_progress may be NULL; summary may

@@ -31,8 +31,8 @@ static void usage(void)
            "--pretrained\nread.  MindSpore optimizer entries (moments.*, "
            "learning_rate, ...) are\nignored and listed.  num_classes "
            "defaults to the classifier's rows; a\n1000-class head gets "
-           "ImageNet's class names.  A classic checkpoint holding an EMA "
-           "of its\nweights is written as its EMA (--load_ema false: its raw "
+           "ImageNet's class names.  A classic checkpoint holding an\nEMA "
+           "of its weights is written as its EMA (--load_ema false: its raw "
            "weights).\n");
 }
 

@@ -11,10 +11,9 @@
 static void usage(void)
 {
     printf(
-        "usage: classic embed --checkpoint FILE --out features.safetensors "
-        "[--split test|train]\n"
-        "                     [--batch N] [--arch ARCH] [--precision f32|bf16] "
-        "[--key value ...]\n\n"
+        "usage: classic embed --checkpoint FILE --out features.safetensors\n"
+        "                     [--split test|train] [--batch N] [--arch ARCH]\n"
+        "                     [--precision f32|bf16] [--key value ...]\n\n"
         "Writes the pooled penultimate features (2048-d for resnet50) of "
         "every sample\nof a split as a safetensors file: 'features' (N, "
         "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order), "

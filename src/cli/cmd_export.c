@@ -14,8 +14,9 @@ static void usage(void)
 {
     printf(
         "usage: classic export --checkpoint FILE --onnx OUT.onnx "
-        "[--batch N] [--arch ARCH]\n"
-        "                      [--load_ema false] [--precision f32]\n\n"
+        "[--batch N]\n"
+        "                      [--arch ARCH] [--load_ema false] "
+        "[--precision f32]\n\n"
         "Writes the checkpoint's inference graph as ONNX (opset 17): "
         "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
         "BatchNorm folded into the convs.\nWithout --batch the batch "

@@ -10,21 +10,25 @@
 #include "io/checkpoint.h"
 #include "interop/interop.h"
 #include "io/safetensors.h"
+#include "models/arch.h"
 
 static void usage(void)
 {
     printf("usage: classic info --checkpoint FILE [--arch NAME] "
            "[--config]\n"
-           "       classic info --arch resnet50|swin_t [--num_classes 1000] "
-           "[--image_size 224]\n"
+           "       classic info --arch NAME [--num_classes 1000] "
+           "[--image_size SIDE]\n"
            "                    [--stem imagenet|cifar|cifar_pool] "
            "[--in_channels 3]\n\n"
            "Prints the layer table (name, op, output shape, parameters), "
            "the parameter\ncount and forward FLOPs per image; for a "
-           "checkpoint also its metadata.  FILE is any checkpoint classic "
-           "reads: a\n"
-           "classic or plain safetensors file, or a PyTorch .pth (arch "
-           "inferred).\n");
+           "checkpoint also its metadata\n(--config: the recipe it "
+           "holds).  FILE is any checkpoint classic reads:\na classic or "
+           "plain safetensors file, a PyTorch .pth or a MindSpore .ckpt\n"
+           "(arch inferred).  NAME is resnet18, resnet34, resnet50, "
+           "resnet101, resnet152,\nswin_t or swin_micro; SIDE defaults to "
+           "the network's own input (224; 32\nfor swin_micro and the CIFAR "
+           "stems).\n");
 }
 
 static int print_meta(const char *path)
@@ -38,8 +42,8 @@ static int print_meta(const char *path)
         const char *k = cl_st_metadata_key(f, i);
         const char *v = cl_st_metadata_value(f, i);
         if (strcmp(k, CL_META_CONFIG) == 0)
-            printf("  %-16s (%zu bytes of YAML; `classic info --config` "
-                   "to print)\n",
+            printf("  %-16s (%zu bytes of YAML: add --config to print "
+                   "it)\n",
                    k, strlen(v));
         else
             printf("  %-16s %s\n", k, v);
@@ -108,11 +112,16 @@ int cl_cmd_info(int argc, char **argv)
         usage();
         return 2;
     }
-    /* The network by name, with the defaults the usage shows. */
-    static const struct {
+    /* The network by name, with the defaults the usage shows; the side
+     * is the network's own (swin_micro is made for 32 px). */
+    cl_arch a;
+    char side[16] = "224";
+    if (cl_arch_parse(arch, cl_cli_option(argc, argv, "--stem"), &a) == CL_OK)
+        snprintf(side, sizeof side, "%d", cl_arch_default_side(&a));
+    const struct {
         const char *opt, *key, *def;
     } keys[] = {{"--num_classes", "num_classes", "1000"},
-                {"--image_size", "image_size", "224"},
+                {"--image_size", "image_size", side},
                 {"--stem", "stem", "imagenet"},
                 {"--in_channels", "in_channels", "3"}};
     enum { N_KEYS = sizeof keys / sizeof keys[0] };

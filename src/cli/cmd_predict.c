@@ -10,11 +10,10 @@
 
 static void usage(void)
 {
-    printf("usage: classic predict --checkpoint FILE [--top K] [--json] "
-           "[--backend onednn|ref]\n"
-           "                       [--arch ARCH] [--load_ema false] "
-           "[--precision f32|bf16]\n"
-           "                       IMAGE...\n\n"
+    printf("usage: classic predict --checkpoint FILE [--top K] [--json]\n"
+           "                       [--backend onednn|ref] [--arch ARCH] "
+           "[--load_ema false]\n"
+           "                       [--precision f32|bf16] IMAGE...\n\n"
            "Prints the top-K classes (default 5) with their probabilities "
            "for each\nJPEG or PNG image, preprocessed as the checkpoint's "
            "eval pipeline.\nFILE is a classic checkpoint, a PyTorch .pth or a "
@@ -27,10 +26,10 @@ static void usage(void)
            "activations: about twice "
            "as fast on\nCPUs with avx512_bf16 or AMX, refused elsewhere; f32 "
            "by default\n(docs/deploy.md).\n--json prints one JSON array with "
-           "an object per image, in the order given:\n{\"file\": ..., \"top\": "
-           "[{\"class\", \"index\", \"prob\"}, ...]}, or {\"file\": ..., "
-           "\"error\": ...}\nfor an image that failed (the exit status is "
-           "then 1).\n");
+           "an object per image, in the order given:\n"
+           "{\"file\": ..., \"top\": [{\"class\", \"index\", \"prob\"}, "
+           "...]}, or\n{\"file\": ..., \"error\": ...} for an image that "
+           "failed (the exit status is\nthen 1).\n");
 }
 
 static const char *const own[] = {

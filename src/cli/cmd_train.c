@@ -21,7 +21,8 @@ static void usage(void)
 {
     printf("usage: classic train [--config recipe.yaml] [--key value ...]\n"
            "\n"
-           "Trains a ResNet as the recipe says; any key of the recipe can be\n"
+           "Trains a ResNet or a Swin as the recipe says; any key of the "
+           "recipe can be\n"
            "overridden on the command line (--lr 0.05, --epoch_size 2,\n"
            "--pretrained w.safetensors).\n"
            "--resume run/resnet50-e3-s500.safetensors continues a run with\n"

@@ -10,7 +10,7 @@ static const cl_cli_command commands[] = {
      cl_cmd_check},
     {"data", "dataset info, stats (mean/std), preview grid", cl_cmd_data},
     {"bench", "train/infer img/s, GFLOPS, MFU, peak RSS", cl_cmd_bench},
-    {"train", "train a ResNet from a YAML recipe (+ --key value overrides)",
+    {"train", "train a ResNet or Swin from a YAML recipe (+ --key value)",
      cl_cmd_train},
     {"eval", "accuracy, per-class accuracy and confusion of a checkpoint",
      cl_cmd_eval},
@@ -23,7 +23,7 @@ static const cl_cli_command commands[] = {
     {"report", "HTML report of a run, or two runs compared", cl_cmd_report},
     {"export", "a checkpoint as an ONNX model (BN folded, opset 17)",
      cl_cmd_export},
-    {"convert", "a MindSpore .ckpt ResNet into a classic checkpoint",
+    {"convert", "a MindSpore .ckpt or .pth into a classic checkpoint",
      cl_cmd_convert},
     {"serve", "models over HTTP: KServe v2, a page, metrics", cl_cmd_serve},
 };
@@ -34,7 +34,7 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n`classic <command> --help` describes a command; "
-               "`classic --version` prints the version.\n");
+               "`classic --version` prints\nthe version.\n");
 }
 
 int cl_cli_fail(const char *what, int status)

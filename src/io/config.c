@@ -1300,11 +1300,39 @@ cl_status cl_config_write_yaml(const cl_config *c, FILE *f)
     return s;
 }
 
+/* text as lines of at most 80 columns, the first after `first` (the key's
+ * name column, 25 wide), every other indented as far, broken at spaces (a
+ * word longer than a line stays whole; \x01 is a space that holds its two
+ * sides together). */
+static void print_wrapped(FILE *f, const char *first, const char *text)
+{
+    enum { WIDTH = 80, INDENT = 25 };
+    int col = fprintf(f, "%s", first), fresh = 1;
+    const char *p = text;
+    while (*p) {
+        size_t w = strcspn(p, " ");
+        if (!fresh && col + 1 + (int)w > WIDTH) {
+            col = fprintf(f, "\n%*s", INDENT, "") - 1;
+            fresh = 1;
+        }
+        if (!fresh)
+            col += fprintf(f, " ");
+        for (size_t j = 0; j < w; j++) /* \x01: a space not to break at */
+            fputc(p[j] == '\x01' ? ' ' : p[j], f);
+        col += (int)w;
+        fresh = 0;
+        p += w;
+        while (*p == ' ')
+            p++;
+    }
+    fputc('\n', f);
+}
+
 void cl_config_print_help(FILE *f)
 {
-    char d[200];
+    char d[200], line[600], name[40];
     fprintf(f, "Configuration keys (YAML recipe `key: value`, or `--key "
-               "value` on the command line):\n");
+               "value` on the\ncommand line):\n");
     for (int i = 0; i < NROWS; i++) {
         const key *k = &keys[i];
         if (!k->name) {
@@ -1312,13 +1340,15 @@ void cl_config_print_help(FILE *f)
             continue;
         }
         describe(d, sizeof d, k);
-        fprintf(f, "  %-22s %s (default %s%s%s)\n", k->name, d,
-                k->type == T_STR ? "\"" : "", k->def,
-                k->type == T_STR ? "\"" : "");
-        fprintf(f, "  %-22s %s", "", k->help);
-        if (k->alias)
-            fprintf(f, " [mindcv: %s]", k->alias);
-        fputc('\n', f);
+        snprintf(name, sizeof name, "  %-22s ", k->name);
+        snprintf(line, sizeof line, "%s (default\x01%s%s%s)", d,
+                 k->type == T_STR ? "\"" : "", k->def,
+                 k->type == T_STR ? "\"" : "");
+        print_wrapped(f, name, line);
+        snprintf(line, sizeof line, "%s%s%s%s", k->help,
+                 k->alias ? " [mindcv:\x01" : "", k->alias ? k->alias : "",
+                 k->alias ? "]" : "");
+        print_wrapped(f, "                         ", line);
     }
 }
 

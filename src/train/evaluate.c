@@ -161,6 +161,7 @@ int cl_eval_key_applies(const char *key)
                                        "interpolation",
                                        "load_ema",
                                        "log_level",
+                                       "max_pixels",
                                        NULL};
     char norm[64];
     size_t n = strlen(key);

@@ -266,6 +266,26 @@ static void copy_head(cl_graph *g, float *buf, int back)
     }
 }
 
+/* A load that failed (status s) because the weights are another network's
+ * (resnet50 weights for a resnet18: "198 tensors unknown to the model")
+ * says which network they are, as predict does; any other failure keeps
+ * its sentence. */
+static cl_status other_network(const cl_weights *w, const char *model,
+                               cl_status s)
+{
+    char why[1024], name[32];
+    cl_arch a;
+    snprintf(why, sizeof why, "%s", cl_last_error());
+    if (cl_weights_infer(w, NULL, &a) != CL_OK ||
+        strcmp(cl_arch_name(&a, name, sizeof name), model) == 0)
+        return cl_error(s, "%s", why);
+    return cl_error(s,
+                    "%s: the weights' blocks are those of %s, and the model "
+                    "is a %s: give --model %s to fine-tune them, or "
+                    "--pretrained weights of a %s",
+                    w->src.path, name, model, name, model);
+}
+
 /* The weights of c->pretrained copied into r->g (k: the head's classes). */
 static cl_status load_pretrained(run *r, int k)
 {
@@ -291,8 +311,9 @@ static cl_status load_pretrained(run *r, int k)
     /* A checkpoint with an EMA gives it (the model it ships) unless
      * load_ema is off; its averaging counters stay behind. */
     w.src.pick = c->load_ema ? CL_CKPT_PICK_EMA : CL_CKPT_PICK_RAW;
-    if (s == CL_OK)
-        s = cl_ckpt_load_source(&w.src, &r->g, CL_CKPT_PRETRAINED, &rep);
+    if (s == CL_OK && (s = cl_ckpt_load_source(
+                           &w.src, &r->g, CL_CKPT_PRETRAINED, &rep)) != CL_OK)
+        s = other_network(&w, r->arch_name, s);
     const char *kind = w.kind;
     cl_weights_close(&w);
     CL_TRY(cl_error_wrap(s, "pretrained weights: "));
