@@ -892,12 +892,37 @@ CL_TEST(every_error_status_with_one_sentence)
     CHECK(stop(&s) == 0);
 }
 
+/* A client that sent a POST's headers and part of its body, and holds
+ * it: a request on its way to the queue, which a batch waits for (up to
+ * max_delay_ms).  Its socket, -1 on failure. */
+static int hold(const server *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char *h = "POST /v1/models/tiny:classify HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: image/png\r\nContent-Length: 1000\r\n\r\n"
+                    "\x89PNG";
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        write(fd, h, strlen(h)) != (ssize_t)strlen(h)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    nap(200); /* its headers reach the server before what follows */
+    return fd;
+}
+
 CL_TEST(full_queue_answers_503_at_once)
 {
-    /* One place in the queue and a batch of two that waits 3 s to fill:
-     * the first image holds the place, the second is refused at once. */
+    /* One place in the queue and a batch of two that waits up to 3 s to
+     * fill while another request is on its way: the first image holds the
+     * place, the second is refused at once. */
     server s;
     REQUIRE(start(&s, "--queue 1 --max_batch 2 --max_delay_ms 3000"));
+    int held = hold(&s);
+    REQUIRE(held >= 0);
     char cmd[16384], out[1300];
     snprintf(out, sizeof out, "%s/first", cl_test_tmpdir());
     snprintf(cmd, sizeof cmd,
@@ -928,6 +953,27 @@ CL_TEST(full_queue_answers_503_at_once)
         nap(100);
     }
     CHECK(strcmp(cl_test_slurp(out), "200") == 0);
+    close(held);
+    CHECK(stop(&s) == 0);
+}
+
+CL_TEST(a_lone_request_does_not_wait_for_a_batch)
+{
+    /* max_delay_ms 3000, but nobody else is sending: the batch of one runs
+     * at once. */
+    server s;
+    REQUIRE(start(&s, "--max_delay_ms 3000"));
+    char args[2000];
+    snprintf(args, sizeof args,
+             "-H 'Content-Type: image/jpeg' --data-binary @%s", image(0));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(http(&s, "/v1/models/tiny:classify", args) == 200);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt =
+        (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("answered in %.3f s\n", dt);
+    CHECK(dt < 2);
     CHECK(stop(&s) == 0);
 }
 
@@ -1106,10 +1152,14 @@ CL_TEST(sighup_under_load_fails_nothing)
 
 CL_TEST(sigterm_drains_then_exits_0)
 {
-    /* A request that waits 1.5 s for its batch to fill is in flight when
-     * SIGTERM comes: it is answered, then the server exits 0. */
+    /* A request that waits up to 5 s for its batch to fill (another is on
+     * its way) is in flight when SIGTERM comes: it is answered at once,
+     * the held request is cut off after its time, and the server exits
+     * 0. */
     server s;
-    REQUIRE(start(&s, "--max_batch 4 --max_delay_ms 1500"));
+    REQUIRE(start(&s, "--max_batch 4 --max_delay_ms 5000 --timeout_s 1"));
+    int held = hold(&s);
+    REQUIRE(held >= 0);
     char cmd[16384], out[1300];
     snprintf(out, sizeof out, "%s/inflight", cl_test_tmpdir());
     snprintf(cmd, sizeof cmd,
@@ -1120,10 +1170,18 @@ CL_TEST(sigterm_drains_then_exits_0)
     FILE *bg = popen(cmd, "r");
     REQUIRE(bg != NULL);
     nap(400);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     kill(s.pid, SIGTERM);
     int st = cl_test_wait(s.pid, 30);
     s.pid = 0;
     pclose(bg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt =
+        (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("exited %.2f s after SIGTERM\n", dt);
+    CHECK(dt < 4.5);
+    close(held);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     CHECK(strcmp(cl_test_slurp(out), "200") == 0);
     CHECK(strstr(cl_test_slurp(s.log), "SIGTERM: finishing") != NULL);

@@ -159,11 +159,13 @@ static void *worker(void *arg)
             pthread_cond_wait(&m->cv, &m->mu);
         if (!m->head)
             break;
-        /* Wait for a full batch until the oldest image's delay is spent; a
-         * stopping server runs what it has at once. */
+        /* Wait for a full batch until the oldest image's delay is spent,
+         * and only while some request is on its way to the queue: a lone
+         * client (or the last of a burst) is not kept waiting for images
+         * nobody is sending.  A stopping server runs what it has. */
         double due = m->head->t_enq + m->max_delay_s;
-        while (m->depth < m->max_batch && !m->stopping &&
-               cl_serve_now() < due) {
+        while (m->depth < m->max_batch && !m->stopping && !m->flush &&
+               m->preparing > 0 && cl_serve_now() < due) {
             struct timespec ts = deadline_at(due);
             pthread_cond_timedwait(&m->cv, &m->mu, &ts);
         }
@@ -209,6 +211,14 @@ cl_status cl_serve_model_start(cl_serve_model *m)
     return CL_OK;
 }
 
+void cl_serve_model_flush(cl_serve_model *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->flush = 1;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void cl_serve_model_stop(cl_serve_model *m)
 {
     if (m->started) {
@@ -226,10 +236,21 @@ void cl_serve_model_stop(cl_serve_model *m)
     pthread_mutex_destroy(&m->mu);
 }
 
+void cl_serve_preparing(cl_serve_model *m, int delta)
+{
+    pthread_mutex_lock(&m->mu);
+    m->preparing += delta;
+    /* The batch may have been waiting for this request. */
+    if (delta < 0)
+        pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
 cl_status cl_serve_enqueue(cl_serve_model *m, cl_serve_item *items, int n)
 {
     double now = cl_serve_now();
     pthread_mutex_lock(&m->mu);
+    m->preparing--;
     cl_status s = CL_OK;
     if (m->stopping)
         s = cl_error(CL_ERR_INTERRUPTED, "the server is shutting down");
@@ -249,8 +270,8 @@ cl_status cl_serve_enqueue(cl_serve_model *m, cl_serve_item *items, int n)
             m->tail = &items[i];
         }
         m->depth += n;
-        pthread_cond_signal(&m->cv);
     }
+    pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
     return s;
 }

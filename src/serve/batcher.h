@@ -50,7 +50,9 @@ typedef struct cl_serve_model {
     cl_serve_gen *gen;
     cl_serve_item *head, *tail;
     int depth;
+    int preparing; /* requests between their body and their queueing */
     int stopping;
+    int flush; /* draining: run what is queued without waiting to fill */
     int started;
     pthread_t worker;
     cl_serve_metrics *metrics;
@@ -68,11 +70,17 @@ cl_status cl_serve_model_start(cl_serve_model *m);
 /* Makes g the current opening; requests already holding the old one finish
  * on it. */
 void cl_serve_model_swap(cl_serve_model *m, cl_serve_gen *g);
+/* From now on batches run without waiting to fill (the server drains). */
+void cl_serve_model_flush(cl_serve_model *m);
 /* Runs what is queued, stops the worker and frees the opening. */
 void cl_serve_model_stop(cl_serve_model *m);
 
-/* Queues n items at once (all or none): CL_ERR_LIMIT when the queue has no
- * room for them, CL_ERR_INTERRUPTED when the model is stopping. */
+/* A request starts (+1) or stops (-1) preparing images for m: while none
+ * is, a batch does not wait for more images that nobody is sending. */
+void cl_serve_preparing(cl_serve_model *m, int delta);
+/* Queues n items at once (all or none) and ends the caller's preparing:
+ * CL_ERR_LIMIT when the queue has no room for them, CL_ERR_INTERRUPTED
+ * when the model is stopping. */
 cl_status cl_serve_enqueue(cl_serve_model *m, cl_serve_item *items, int n);
 /* Images waiting in m's queue. */
 int cl_serve_depth(cl_serve_model *m);

@@ -67,7 +67,8 @@ typedef struct req {
     cl_strbuf body;
     int too_big;
     double t0;
-    int counted; /* in the server's in_flight */
+    int counted;   /* in the server's in_flight */
+    int preparing; /* counted in its model's preparing */
 } req;
 
 /* ------------------------------------------------------------- answers */
@@ -357,8 +358,8 @@ static enum MHD_Result get_route(cl_server *sv, struct MHD_Connection *con,
 
 /* Queues n prepared images x (n, per) of g and waits for their probs
  * (n, num_classes).  503 when the queue is full or the server stops. */
-static int run_images(cl_serve_model *m, cl_serve_gen *g, int n, const float *x,
-                      float *probs)
+static int run_images(cl_serve_model *m, cl_serve_gen *g, req *r, int n,
+                      const float *x, float *probs)
 {
     cl_serve_item *items = calloc((size_t)n, sizeof *items);
     if (!items)
@@ -371,6 +372,7 @@ static int run_images(cl_serve_model *m, cl_serve_gen *g, int n, const float *x,
         items[i].probs = probs + (size_t)i * g->num_classes;
         items[i].w = &w;
     }
+    r->preparing = 0; /* the queue takes it over */
     cl_status s = cl_serve_enqueue(m, items, n);
     if (s != CL_OK) {
         w.pending = 0;
@@ -453,7 +455,7 @@ static enum MHD_Result classify(cl_server *sv, struct MHD_Connection *con,
         ok = fail(sv, con, r, image_code(s), "%s", cl_last_error());
         goto done;
     }
-    int code = run_images(m, g, 1, x, probs);
+    int code = run_images(m, g, r, 1, x, probs);
     if (code != 200) {
         ok = code == 503 ? fail(sv, con, r, 503,
                                 "model %s's queue is full or the server is "
@@ -542,7 +544,7 @@ static enum MHD_Result infer(cl_server *sv, struct MHD_Connection *con, req *r)
             goto done_q;
         }
     }
-    int code = run_images(m, g, n, q.is_bytes ? x : q.x, probs);
+    int code = run_images(m, g, r, n, q.is_bytes ? x : q.x, probs);
     if (code != 200) {
         ok = code == 503 ? fail(sv, con, r, 503,
                                 "model %s's queue has no room for %d images "
@@ -672,6 +674,10 @@ static enum MHD_Result start_request(cl_server *sv, struct MHD_Connection *con,
                     "application/json (the binary data extension is not "
                     "served)",
                     mt);
+    /* From here until its images are queued (or it ends otherwise) the
+     * request is on its way to the model's queue. */
+    cl_serve_preparing(&sv->models[r->model], 1);
+    r->preparing = 1;
     return MHD_YES;
 }
 
@@ -730,6 +736,8 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (!r)
         return;
     cl_strbuf_free(&r->body);
+    if (r->preparing)
+        cl_serve_preparing(&sv->models[r->model], -1);
     if (r->counted) {
         pthread_mutex_lock(&sv->mu);
         if (--sv->in_flight == 0)
@@ -911,6 +919,10 @@ void cl_serve_stop(cl_server *sv)
             close(ls);
         pthread_mutex_lock(&sv->mu);
         sv->draining = 1;
+        pthread_mutex_unlock(&sv->mu);
+        for (int i = 0; i < sv->n; i++)
+            cl_serve_model_flush(&sv->models[i]);
+        pthread_mutex_lock(&sv->mu);
         while (sv->in_flight > 0)
             pthread_cond_wait(&sv->idle, &sv->mu);
         pthread_mutex_unlock(&sv->mu);
