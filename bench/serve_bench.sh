@@ -10,7 +10,11 @@
 #
 #   bench/serve_bench.sh [SECONDS per run, default 10]
 #   BUILD=build-serve CONC="1 4 16 64" MODELS="r50_224 fm28" \
-#     MODES="batch16 delay0 batch1" bench/serve_bench.sh 10
+#     MODES="batch16 delay0 batch1" MIXED=1 SOAK=600 bench/serve_bench.sh 10
+#
+# MIXED (on by default) adds a run with 10% bad requests at concurrency 16
+# after the batch16 rows; SOAK=seconds a long run whose RSS is read before
+# and after.
 #
 # The figures and the machine they came from go in docs/serve.md.
 set -euo pipefail
@@ -54,6 +58,49 @@ if [ ! -f "$work/fm28/resnet50-last.safetensors" ]; then
     --autotune false --num_parallel_workers 1 --ckpt_save_dir "$work/fm28" \
     --log_level error >/dev/null
 fi
+
+if [ ! -f "$work/bomb.png" ]; then
+  # A valid PNG header claiming 100000 x 100000 pixels, and nothing else.
+  "$py" - "$work/bomb.png" <<'EOF'
+import struct, sys, zlib
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+                              chunk(b"IDAT", b"") + chunk(b"IEND", b""))
+EOF
+fi
+
+# Every 10th request bad, in turn: a truncated image, text sent as an
+# image, a body over the 20 MiB limit, a decompression bomb's header.
+cat >"$work/mixed.lua" <<'EOF'
+local function slurp(p)
+  local f = assert(io.open(p, "rb")); local d = f:read("*a"); f:close()
+  return d
+end
+local good = slurp(os.getenv("IMG"))
+local bad = {good:sub(1, math.floor(#good / 2)), "this is text, not a PNG\n",
+             string.rep("\0", 21 * 1024 * 1024), slurp(os.getenv("BOMB"))}
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init() n = 0; fivexx = 0; fourxx = 0 end
+function request()
+  n = n + 1
+  local body = good
+  if n % 10 == 0 then body = bad[(n / 10) % 4 + 1] end
+  return wrk.format("POST", nil,
+                    {["Content-Type"] = "application/octet-stream"}, body)
+end
+function response(status)
+  if status >= 500 then fivexx = fivexx + 1 end
+  if status >= 400 and status < 500 then fourxx = fourxx + 1 end
+end
+function done()
+  local a, b = 0, 0
+  for _, t in ipairs(threads) do a = a + t:get("fivexx"); b = b + t:get("fourxx") end
+  io.write(string.format("mixed: 4xx %d 5xx %d\n", b, a))
+end
+EOF
 
 cat >"$work/post.lua" <<'EOF'
 local f = assert(io.open(os.getenv("IMG"), "rb"))
@@ -111,6 +158,27 @@ for m in $models; do
       printf "%-8s %-9s %5s %9s %9s %9s %7s\n" "$m" "$mode" "$c" "$rps" \
         "$(ms "$p50")" "$(ms "$p99")" "${bad:-0}"
     done
+    if [ "$mode" = batch16 ] && [ "${MIXED:-1}" != 0 ]; then
+      # The same at concurrency 16 with 10% bad requests: no 5xx, and the
+      # good ones' rate against the clean row's.
+      out=$(IMG="$img" BOMB="$work/bomb.png" wrk -t2 -c16 -d"${secs}s" \
+        --timeout 30s -s "$work/mixed.lua" "$url")
+      rps=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
+      echo "# $m mixed, conc 16: $rps req/s in all (9 in 10 good)," \
+        "$(echo "$out" | grep '^mixed:'), socket errors:" \
+        "$(echo "$out" | awk '/Socket errors/ { $1 = $2 = ""; print }')"
+    fi
+    if [ -n "${SOAK:-}" ] && [ "$mode" = batch16 ]; then
+      # SOAK seconds at concurrency 16: errors and RSS after warm-up.
+      rss() { awk '/VmRSS/ { print $2 }' "/proc/$pid/status"; }
+      r0=$(rss)
+      out=$(IMG="$img" wrk -t2 -c16 -d"${SOAK}s" --timeout 30s \
+        -s "$work/post.lua" "$url")
+      r1=$(rss)
+      echo "# $m soak ${SOAK}s: $(echo "$out" | awk '/requests in/ { print $1 }')" \
+        "requests, non-2xx $(echo "$out" | awk '/Non-2xx/ { print $5 }'), RSS" \
+        "$r0 -> $r1 kB"
+    fi
     kill -TERM "$pid"
     wait "$pid" || true
     pid=""
