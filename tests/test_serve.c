@@ -1438,3 +1438,28 @@ CL_TEST(mpi_is_never_initialised)
     CHECK(cl_test_run(cmd) != 0);
     CHECK(stop(&s) == 0);
 }
+
+CL_TEST(connections_are_bounded)
+{
+    /* Two connections allowed, both held idle: a third client is turned
+     * away at once instead of queueing a thread; once they go, it is
+     * served. */
+    server s;
+    REQUIRE(start(&s, "--max_connections 2 --timeout_s 5"));
+    int fd[2];
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)s.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 2; i++) {
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        REQUIRE(fd[i] >= 0);
+        REQUIRE(connect(fd[i], (struct sockaddr *)&a, sizeof a) == 0);
+    }
+    nap(300);
+    CHECK(http(&s, "/v2/health/live", "--max-time 3") == 0);
+    close(fd[0]);
+    close(fd[1]);
+    nap(300);
+    CHECK(http(&s, "/v2/health/live", NULL) == 200);
+    CHECK(stop(&s) == 0);
+}
