@@ -10,6 +10,7 @@
 #include "core/mem.h"
 #include "data/data.h"
 #include "harness.h"
+#include "io/config.h"
 #include "test_data_fixtures.h"
 
 /* A directory with train (n_train) and t10k (n_test) IDX files. */
@@ -112,6 +113,38 @@ CL_TEST(idx_file_and_prefix_paths)
     CHECK(cl_dataset_count(ds) == 4);
     CHECK(strcmp(cl_dataset_format(ds), "idx") == 0);
     cl_dataset_close(ds);
+}
+
+/* data/formats.def is the one list of formats: each opens by its name and
+ * its other spelling and reports its name; an unknown one is refused with
+ * the list; a recipe's dataset values are the lines marked for recipes. */
+CL_TEST(formats_open_by_either_spelling)
+{
+    make_idx_dir("idxn", 6, 3, 0);
+    const char *dir = cl_test_path("idxn");
+    static const char *const cases[][2] = {
+        {"mnist", "mnist"},
+        {"idx", "idx"},
+        {"fashion_mnist", "fashion_mnist"},
+        {"fashion-mnist", "fashion_mnist"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cl_dataset *ds = NULL;
+        REQUIRE_OK(open_idx(&ds, cases[i][0], dir, CL_USAGE_TRAIN));
+        CHECK(strcmp(cl_dataset_format(ds), cases[i][1]) == 0);
+        cl_dataset_close(ds);
+    }
+    cl_dataset *ds = NULL;
+    CHECK_ERR(open_idx(&ds, "cifar1000", dir, CL_USAGE_TRAIN), CL_ERR_ARG,
+              "'cifar1000': expected one of fashion_mnist, mnist, idx, "
+              "cifar10, cifar100, imagefolder");
+    CHECK(ds == NULL);
+    CHECK(strcmp(cl_config_enum_name("dataset", CL_CFG_DATASET_MNIST),
+                 "mnist") == 0);
+    CHECK(strcmp(cl_config_enum_name("dataset", CL_CFG_DATASET_IMAGEFOLDER),
+                 "imagefolder") == 0);
+    CHECK(cl_config_enum_name("dataset", CL_CFG_DATASET_IMAGEFOLDER + 1) ==
+          NULL);
 }
 
 /* Writes a broken images file next to good labels and opens it. */

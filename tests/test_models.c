@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "graph/graph.h"
 #include "harness.h"
+#include "io/config.h"
+#include "models/arch.h"
 #include "models/resnet.h"
 
 static cl_resnet_config cfg_make(int depth, int classes, cl_resnet_stem stem)
@@ -254,6 +256,36 @@ CL_TEST(output_shapes_cifar_pool_stem_at_28)
     CHECK_ERR(cl_resnet_build(&g, &c, 12, 12, 0, 0.0f), CL_ERR_SHAPE,
               "too small for the cifar_pool stem");
     cl_graph_free(&g);
+}
+
+/* models/archs.def is the one list of archs: every line parses, names
+ * itself back, checks, is the recipe's model value of the same index and
+ * is in the list errors print. */
+CL_TEST(every_listed_arch_parses_and_names_itself)
+{
+    REQUIRE(cl_arch_count() == 7);
+    for (int i = 0; i < cl_arch_count(); i++) {
+        cl_arch_family family;
+        const char *name = cl_arch_name_at(i, &family);
+        REQUIRE(name != NULL);
+        cl_arch a;
+        char buf[32];
+        CHECK_OK(cl_arch_parse(name, NULL, &a));
+        CHECK(a.family == family);
+        CHECK(strcmp(cl_arch_name(&a, buf, sizeof buf), name) == 0);
+        CHECK_OK(cl_arch_check(&a));
+        CHECK(strcmp(cl_config_enum_name("model", i), name) == 0);
+        CHECK(strstr(cl_arch_names(), name) != NULL);
+    }
+    CHECK(cl_arch_name_at(cl_arch_count(), NULL) == NULL);
+    CHECK(cl_config_enum_name("model", cl_arch_count()) == NULL);
+    CHECK(strcmp(cl_arch_names(), "resnet18, resnet34, resnet50, resnet101, "
+                                  "resnet152, swin_t, swin_micro") == 0);
+    cl_arch a;
+    CHECK_ERR(cl_arch_parse("resnet51", NULL, &a), CL_ERR_ARG,
+              "'resnet51' is not one of resnet18, resnet34, resnet50, "
+              "resnet101, resnet152, swin_t, swin_micro");
+    CHECK_ERR(cl_arch_parse(NULL, NULL, &a), CL_ERR_ARG, "'(null)'");
 }
 
 CL_TEST(config_errors)

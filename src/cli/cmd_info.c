@@ -25,10 +25,10 @@ static void usage(void)
            "checkpoint also its metadata\n(--config: the recipe it "
            "holds).  FILE is any checkpoint classic reads:\na classic or "
            "plain safetensors file, a PyTorch .pth or a MindSpore .ckpt\n"
-           "(arch inferred).  NAME is resnet18, resnet34, resnet50, "
-           "resnet101, resnet152,\nswin_t or swin_micro; SIDE defaults to "
-           "the network's own input (224; 32\nfor swin_micro and the CIFAR "
-           "stems).\n");
+           "(arch inferred).  NAME is one of\n  %s;\nSIDE defaults to "
+           "the network's own input (224; 32 for swin_micro and the\n"
+           "CIFAR stems).\n",
+           cl_arch_names());
 }
 
 static int print_meta(const char *path)

@@ -60,8 +60,8 @@ typedef enum cl_bad_image_policy {
 } cl_bad_image_policy;
 
 typedef struct cl_dataset_spec {
-    /* "fashion_mnist" | "mnist" | "idx" | "cifar10" | "cifar100" |
-     * "imagefolder"; NULL or "" guesses from the path. */
+    /* A name of data/formats.def ("fashion_mnist", "cifar10",
+     * "imagefolder", ...); NULL or "" guesses from the path. */
     const char *format;
     /* Directory or file.  idx: a directory with the four files
      * ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]), an images file,
@@ -105,7 +105,7 @@ int cl_dataset_num_classes(const cl_dataset *ds);
 /* Class name k (0 <= k < num_classes); never NULL. */
 const char *cl_dataset_class_name(const cl_dataset *ds, int k);
 int32_t cl_dataset_label(const cl_dataset *ds, int64_t i);
-/* "idx", "cifar10", "cifar100" or "imagefolder". */
+/* The format's name in data/formats.def ("mnist", "imagefolder", ...). */
 const char *cl_dataset_format(const cl_dataset *ds);
 /* In-memory formats: the common image size (0 for imagefolder). */
 void cl_dataset_image_dims(const cl_dataset *ds, int *h, int *w, int *c);

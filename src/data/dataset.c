@@ -122,37 +122,99 @@ static int has_suffix(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Picks a format from what the path looks like. */
-static const char *guess_format(const char *path)
+/* The readers as the format list calls them: variant picks a reader's
+ * format (Fashion-MNIST or MNIST, CIFAR-100 or CIFAR-10). */
+typedef cl_status (*open_fn)(cl_dataset *ds, const cl_dataset_spec *spec,
+                             int variant);
+
+static cl_status open_idx(cl_dataset *ds, const cl_dataset_spec *spec,
+                          int fashion)
+{
+    return cl__idx_open(ds, spec, fashion);
+}
+
+static cl_status open_cifar(cl_dataset *ds, const cl_dataset_spec *spec,
+                            int hundred)
+{
+    return cl__cifar_open(ds, spec, hundred);
+}
+
+static cl_status open_imagefolder(cl_dataset *ds, const cl_dataset_spec *spec,
+                                  int variant)
+{
+    (void)variant;
+    return cl__imagefolder_open(ds, spec);
+}
+
+/* Every line of data/formats.def, in its order (FORMAT_IDX indexes it). */
+enum {
+#define CL_DATA_FORMAT(E, name, alias, reader, variant, recipe) FORMAT_##E,
+#include "data/formats.def"
+#undef CL_DATA_FORMAT
+    N_FORMATS
+};
+static const struct {
+    const char *name, *alias;
+    open_fn open;
+    int variant;
+} FORMATS[N_FORMATS] = {
+#define CL_DATA_FORMAT(E, name, alias, reader, variant, recipe)                \
+    {name, alias, open_##reader, variant},
+#include "data/formats.def"
+#undef CL_DATA_FORMAT
+};
+/* Their names, ", "-separated (each line adds ", name"; the list starts
+ * past the first separator). */
+static const char FORMAT_LIST[] = ""
+#define CL_DATA_FORMAT(E, name, alias, reader, variant, recipe) ", " name
+#include "data/formats.def"
+#undef CL_DATA_FORMAT
+    ;
+
+/* Picks a format from what the path looks like: its index, or -1. */
+static int guess_format(const char *path)
 {
     char buf[4096];
     if (!path || !path[0])
-        return "fashion_mnist";
+        return FORMAT_FASHION_MNIST;
     if (has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz")) {
         if (strstr(path, "100"))
-            return "cifar100";
-        return "cifar10";
+            return FORMAT_CIFAR100;
+        return FORMAT_CIFAR10;
     }
     if (strstr(path, "idx3-ubyte"))
-        return "idx";
-    const char *probes[][2] = {
-        {"data_batch_1.bin", "cifar10"},
-        {"cifar-10-batches-bin/data_batch_1.bin", "cifar10"},
-        {"train.bin", "cifar100"},
-        {"cifar-100-binary/train.bin", "cifar100"},
-        {"train-images-idx3-ubyte.gz", "idx"},
-        {"train-images-idx3-ubyte", "idx"},
-        {"t10k-images-idx3-ubyte.gz", "idx"},
-        {"t10k-images-idx3-ubyte", "idx"},
+        return FORMAT_IDX;
+    static const struct {
+        const char *file;
+        int format;
+    } probes[] = {
+        {"data_batch_1.bin", FORMAT_CIFAR10},
+        {"cifar-10-batches-bin/data_batch_1.bin", FORMAT_CIFAR10},
+        {"train.bin", FORMAT_CIFAR100},
+        {"cifar-100-binary/train.bin", FORMAT_CIFAR100},
+        {"train-images-idx3-ubyte.gz", FORMAT_IDX},
+        {"train-images-idx3-ubyte", FORMAT_IDX},
+        {"t10k-images-idx3-ubyte.gz", FORMAT_IDX},
+        {"t10k-images-idx3-ubyte", FORMAT_IDX},
     };
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-        if (cl__path_join(buf, sizeof buf, path, probes[i][0]) == CL_OK &&
+        if (cl__path_join(buf, sizeof buf, path, probes[i].file) == CL_OK &&
             cl__path_kind(buf) == 0)
-            return probes[i][1];
+            return probes[i].format;
     }
     if (cl__path_kind(path) == 1)
-        return "imagefolder";
-    return NULL;
+        return FORMAT_IMAGEFOLDER;
+    return -1;
+}
+
+/* The format called name (either spelling), or -1. */
+static int find_format(const char *name)
+{
+    for (int i = 0; i < N_FORMATS; i++)
+        if (strcmp(name, FORMATS[i].name) == 0 ||
+            (FORMATS[i].alias[0] && strcmp(name, FORMATS[i].alias) == 0))
+            return i;
+    return -1;
 }
 
 cl_status cl_dataset_open(cl_dataset **out, const cl_dataset_spec *spec)
@@ -165,10 +227,9 @@ cl_status cl_dataset_open(cl_dataset **out, const cl_dataset_spec *spec)
     ds->policy = spec->on_bad_image;
     ds->max_pixels =
         spec->max_pixels ? spec->max_pixels : CL_DATA_DEFAULT_MAX_PIXELS;
-    const char *fmt = spec->format && spec->format[0]
-                          ? spec->format
-                          : guess_format(spec->path);
-    if (!fmt) {
+    int given = spec->format && spec->format[0];
+    int f = given ? find_format(spec->format) : guess_format(spec->path);
+    if (f < 0 && !given) {
         s = cl_error(CL_ERR_ARG,
                      "%s: cannot tell the dataset format (not a directory, "
                      "IDX file or CIFAR archive); give format",
@@ -182,23 +243,15 @@ cl_status cl_dataset_open(cl_dataset **out, const cl_dataset_spec *spec)
                      (int)spec->usage);
         goto fail;
     }
-    if (strcmp(fmt, "fashion_mnist") == 0 || strcmp(fmt, "fashion-mnist") == 0)
-        s = cl__idx_open(ds, spec, 1);
-    else if (strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0)
-        s = cl__idx_open(ds, spec, 0);
-    else if (strcmp(fmt, "cifar10") == 0 || strcmp(fmt, "cifar-10") == 0)
-        s = cl__cifar_open(ds, spec, 0);
-    else if (strcmp(fmt, "cifar100") == 0 || strcmp(fmt, "cifar-100") == 0)
-        s = cl__cifar_open(ds, spec, 1);
-    else if (strcmp(fmt, "imagefolder") == 0)
-        s = cl__imagefolder_open(ds, spec);
-    else
-        s = cl_error(CL_ERR_ARG,
-                     "dataset format '%s': expected fashion_mnist, mnist, "
-                     "idx, cifar10, cifar100 or imagefolder",
-                     fmt);
+    if (f < 0) {
+        s = cl_error(CL_ERR_ARG, "dataset format '%s': expected one of %s",
+                     spec->format, FORMAT_LIST + 2);
+        goto fail;
+    }
+    s = FORMATS[f].open(ds, spec, FORMATS[f].variant);
     if (s != CL_OK)
         goto fail;
+    ds->format = FORMATS[f].name;
     *out = ds;
     return CL_OK;
 fail:

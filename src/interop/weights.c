@@ -169,10 +169,13 @@ static cl_status infer_swin(const cl_weights *w, const char *arch, cl_arch *a)
                         "relative_position_bias_table: not a torchvision-style "
                         "Swin state_dict",
                         path);
-    static const char *const names[] = {"swin_t", "swin_micro"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < cl_arch_count(); k++) {
+        cl_arch_family family;
+        const char *name = cl_arch_name_at(k, &family);
+        if (family != CL_ARCH_SWIN)
+            continue;
         cl_swin_config c;
-        CL_TRY(cl_swin_arch_parse(names[k], &c));
+        CL_TRY(cl_swin_arch_parse(name, &c));
         int win = 0;
         for (int ws = 1; ws <= 64; ws++)
             if ((int64_t)(2 * ws - 1) * (2 * ws - 1) == tb.d[0])
@@ -183,10 +186,10 @@ static cl_status infer_swin(const cl_weights *w, const char *arch, cl_arch *a)
                    tb.d[1] == c.heads[0];
         if (!same)
             continue;
-        if (arch && strcmp(arch, names[k]) != 0)
+        if (arch && strcmp(arch, name) != 0)
             return cl_error(CL_ERR_SHAPE,
                             "%s: --arch %s, but the weights are those of %s",
-                            path, arch, names[k]);
+                            path, arch, name);
         if (pe.d[1] < 1 || pe.d[1] > 3 || hd.d[0] < 1 || hd.d[0] > 100000)
             return cl_error(CL_ERR_FORMAT,
                             "%s: features.0.0.weight takes %lld input "
@@ -201,9 +204,10 @@ static cl_status infer_swin(const cl_weights *w, const char *arch, cl_arch *a)
     }
     return cl_error(CL_ERR_FORMAT,
                     "%s: a Swin with embed %lld, patch %lld, %d stages of "
-                    "%d-%d-%d-%d blocks is neither swin_t nor swin_micro",
+                    "%d-%d-%d-%d blocks is none classic builds (archs: %s)",
                     path, (long long)pe.d[0], (long long)pe.d[2], n_stages,
-                    depths[0], depths[1], depths[2], depths[3]);
+                    depths[0], depths[1], depths[2], depths[3],
+                    cl_arch_names());
 }
 
 cl_status cl_weights_infer(const cl_weights *w, const char *arch, cl_arch *a)

@@ -1,5 +1,6 @@
-/* The run configuration: one table of keys drives defaults, YAML loading,
- * command-line overrides, writing, comparison and the --help listing. */
+/* The run configuration: the table of keys (io/config_keys.c) drives
+ * defaults, YAML loading, command-line overrides, writing, comparison and
+ * the --help listing. */
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -16,427 +17,10 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "io/config.h"
+#include "io/config_keys.h"
 
-typedef enum ktype {
-    T_INT,
-    T_FLOAT,
-    T_BOOL,
-    T_STR,
-    T_ENUM,
-    T_FLOATS,
-    T_INTS
-} ktype;
-
-typedef struct key {
-    const char *name;
-    ktype type;
-    size_t off;   /* the field */
-    size_t n_off; /* lists: the count field */
-    int cap;      /* strings: buffer size; lists: most entries */
-    int min_n;    /* lists: fewest entries */
-    double min, max;
-    int min_open, max_open;    /* exclusive bounds */
-    const char *const *values; /* enums: NULL-terminated names */
-    const char *def;           /* the default, written as in YAML */
-    const char *alias;         /* mindcv's name when it differs */
-    const char *hint;          /* appended to range errors */
-    const char *help;
-} key;
-
-#define OFF(f) offsetof(cl_config, f)
-#define SPELLING(P, name, spelling) spelling,
-#define BIG 1e300
-
-static const char *const v_dataset[] = {CL_CFG_DATASETS(SPELLING, _) NULL};
-static const char *const v_model[] = {CL_CFG_MODELS(SPELLING, _) NULL};
-static const char *const v_stem[] = {CL_CFG_STEMS(SPELLING, _) NULL};
-static const char *const v_opt[] = {CL_CFG_OPTS(SPELLING, _) NULL};
-static const char *const v_sched[] = {CL_CFG_SCHEDS(SPELLING, _) NULL};
-static const char *const v_amp[] = {CL_CFG_AMPS(SPELLING, _) NULL};
-static const char *const v_backend[] = {CL_CFG_BACKENDS(SPELLING, _) NULL};
-static const char *const v_lr_scale[] = {CL_CFG_LR_SCALES(SPELLING, _) NULL};
-static const char *const v_bad[] = {CL_CFG_BAD_IMAGES(SPELLING, _) NULL};
-static const char *const v_dist[] = {CL_CFG_DISTS(SPELLING, _) NULL};
-static const char *const v_grad_sync[] = {CL_CFG_GRAD_SYNCS(SPELLING, _) NULL};
-static const char *const v_log[] = {"error", "warn", "info", "debug", NULL};
-static const char *const v_progress[] = {CL_CFG_PROGRESSES(SPELLING, _) NULL};
-static const char *const v_auto_augment[] = {CL_CFG_AUTO_AUGMENTS(SPELLING, _)
-                                                 NULL};
-static const char *const v_interp[] = {CL_CFG_INTERPOLATIONS(SPELLING, _) NULL};
-
-/* Other spellings of enum values (mindcv's), as {key, spelling, value}. */
-static const char *const value_aliases[][3] = {
-    {"scheduler", "multi_step_decay", "multi_step"},
-    {"scheduler", "cosine", "cosine_decay"},
-    {"log_level", "warning", "warn"},
-};
-
-#define K_INT(n, lo, hi, d, h)                                                 \
-    {                                                                          \
-        .name = #n, .type = T_INT, .off = OFF(n), .min = lo, .max = hi,        \
-        .def = d, .help = h                                                    \
-    }
-#define K_FLT(n, lo, lo_open, hi, hi_open, d, h)                               \
-    {                                                                          \
-        .name = #n, .type = T_FLOAT, .off = OFF(n), .min = lo, .max = hi,      \
-        .min_open = lo_open, .max_open = hi_open, .def = d, .help = h          \
-    }
-#define K_BOOL(n, d, h)                                                        \
-    {                                                                          \
-        .name = #n, .type = T_BOOL, .off = OFF(n), .def = d, .help = h         \
-    }
-#define K_STR(n, d, h)                                                         \
-    {                                                                          \
-        .name = #n, .type = T_STR, .off = OFF(n),                              \
-        .cap = (int)sizeof(((cl_config *)0)->n), .def = d, .help = h           \
-    }
-#define K_ENUM(n, v, d, h)                                                     \
-    {                                                                          \
-        .name = #n, .type = T_ENUM, .off = OFF(n), .values = v, .def = d,      \
-        .help = h                                                              \
-    }
-#define K_FLTS(n, lo_n, lo, lo_open, hi, hi_open, d, h)                        \
-    {                                                                          \
-        .name = #n, .type = T_FLOATS, .off = OFF(n), .n_off = OFF(n_##n),      \
-        .cap = (int)(sizeof(((cl_config *)0)->n) / sizeof(double)),            \
-        .min_n = lo_n, .min = lo, .max = hi, .min_open = lo_open,              \
-        .max_open = hi_open, .def = d, .help = h                               \
-    }
-#define K_INTS(n, lo, hi, d, h)                                                \
-    {                                                                          \
-        .name = #n, .type = T_INTS, .off = OFF(n), .n_off = OFF(n_##n),        \
-        .cap = (int)(sizeof(((cl_config *)0)->n) / sizeof(int)), .min = lo,    \
-        .max = hi, .def = d, .help = h                                         \
-    }
-
-/* A group heading is a row with no type (name NULL, help the title). */
-#define GROUP(t)                                                               \
-    {                                                                          \
-        .name = NULL, .help = t                                                \
-    }
-
-static const key keys[] = {
-    GROUP("data"),
-    K_ENUM(dataset, v_dataset, "fashion_mnist",
-           "dataset format; imagefolder reads data_dir/<split>/<class>/*"),
-    K_STR(data_dir, "",
-          "dataset location; \"\" is the format's default (fashion_mnist: "
-          "/usr/share/datasets/fashion-mnist)"),
-    K_STR(train_split, "train",
-          "training split: train|test|all for the built-in formats, the "
-          "subdirectory for imagefolder"),
-    K_STR(val_split, "test",
-          "validation split, as train_split; \"\" for no validation"),
-    K_STR(class_indexing, "",
-          "imagefolder: a file of `name index` lines fixing the class order "
-          "(\"\": sorted folder names)"),
-    K_INT(num_classes, 0, 1000000, "0",
-          "classes of the head; 0 takes the dataset's"),
-    K_INT(limit_train, 0, INT_MAX, "0",
-          "use only the first N training samples (0: all)"),
-    K_INT(limit_val, 0, INT_MAX, "0",
-          "use only the first N validation samples (0: all)"),
-    K_INT(max_pixels, 1, INT_MAX, "67108864",
-          "images of more pixels (width x height) are refused from their "
-          "header, before any memory is taken for them"),
-    K_ENUM(on_bad_image, v_bad, "fail",
-           "an undecodable image stops the run (fail) or is dropped (skip)"),
-    K_INT(num_parallel_workers, 0, 256, "2",
-          "decode/augment threads (0: in the training thread)"),
-    K_INT(prefetch, 1, 1024, "2", "batches prepared ahead"),
-    K_BOOL(shuffle, "true", "reshuffle the training set every epoch"),
-    K_BOOL(drop_remainder, "true", "drop the last incomplete training batch"),
-    K_INT(batch_size, 1, INT_MAX, "64", "samples per step and process"),
-    {.name = "image_size",
-     .type = T_INT,
-     .off = OFF(image_size),
-     .min = 8,
-     .max = 4096,
-     .def = "32",
-     .alias = "image_resize",
-     .help = "input side (square) the model sees"},
-    K_FLT(crop_pct, 0, 1, 1, 0, "1",
-          "eval: resize to image_size / crop_pct, then center-crop "
-          "image_size (ImageNet: 0.875)"),
-    K_BOOL(eval_hflip, "false",
-           "eval: average the logits of each image and its left-right mirror "
-           "(flip test-time augmentation; twice the eval work)"),
-    K_ENUM(interpolation, v_interp, "bilinear",
-           "resampling filter of the resize and RandomResizedCrop, train and "
-           "eval (PIL's, antialiased when shrinking)"),
-
-    GROUP("augmentation (training only)"),
-    K_INT(random_crop_padding, 0, 256, "0",
-          "RandomCrop(image_size, padding=N), after a resize to image_size "
-          "when the images differ; 0: off"),
-    K_FLT(hflip, 0, 0, 1, 0, "0", "RandomHorizontalFlip probability"),
-    K_BOOL(random_resized_crop, "false",
-           "RandomResizedCrop(image_size, scale, ratio) instead of the "
-           "resize/crop"),
-    K_FLTS(scale, 2, 0, 1, 1, 0, "[0.08, 1]",
-           "RandomResizedCrop area range (fraction of the image)"),
-    K_FLTS(ratio, 2, 0, 1, 100, 0, "[0.75, 1.3333333333333333]",
-           "RandomResizedCrop aspect-ratio range"),
-    K_FLTS(color_jitter, 0, 0, 0, 1, 0, "[]",
-           "ColorJitter brightness, contrast, saturation (one value: all "
-           "three; []: off)"),
-    {.name = "mean",
-     .type = T_FLOATS,
-     .off = OFF(mean),
-     .n_off = OFF(n_mean),
-     .cap = CL_CFG_MAX_CHANNELS,
-     .min = 0,
-     .max = 1,
-     .def = "[]",
-     .hint = " (0..1 units as torchvision; divide mindcv's 0..255 values by "
-             "255)",
-     .help = "Normalize mean per channel ([]: no Normalize)"},
-    {.name = "std",
-     .type = T_FLOATS,
-     .off = OFF(std),
-     .n_off = OFF(n_std),
-     .cap = CL_CFG_MAX_CHANNELS,
-     .min = 0,
-     .min_open = 1,
-     .max = 1,
-     .def = "[]",
-     .hint = " (0..1 units as torchvision; divide mindcv's 0..255 values by "
-             "255)",
-     .help = "Normalize std per channel"},
-    K_ENUM(auto_augment, v_auto_augment, "none",
-           "torchvision's TrivialAugmentWide (ta_wide) or RandAugment after "
-           "the crop and flip"),
-    K_INT(ra_num_ops, 1, 16, "2", "RandAugment: ops applied per image"),
-    K_INT(ra_magnitude, 0, 30, "9",
-          "RandAugment: magnitude bin (of 31) every op uses"),
-    K_FLT(re_prob, 0, 0, 1, 0, "0", "RandomErasing probability"),
-    K_FLT(mixup, 0, 0, BIG, 0, "0", "MixUp alpha (0: off)"),
-    K_FLT(cutmix, 0, 0, BIG, 0, "0",
-          "CutMix alpha (0: off; with mixup, one of the two per batch)"),
-    K_FLT(mixup_prob, 0, 0, 1, 0, "1",
-          "probability that a batch gets MixUp/CutMix"),
-    K_FLT(label_smoothing, 0, 0, 1, 1, "0", "label smoothing epsilon"),
-
-    GROUP("model"),
-    {.name = "model",
-     .type = T_ENUM,
-     .off = OFF(model),
-     .values = v_model,
-     .def = "resnet50",
-     .help = "architecture: torchvision's ResNet v1.5 or Swin-Transformer "
-             "(swin_t), or swin_micro (Swin for 28-32 px inputs)"},
-    K_FLT(drop_path, -1, 0, 1, 1, "-1",
-          "Swin stochastic depth of the last block, rising linearly from 0 "
-          "(-1: the arch's own, 0.2 for swin_t, 0.1 for swin_micro)"),
-    K_ENUM(stem, v_stem, "imagenet",
-           "imagenet: 7x7/2 conv + maxpool; cifar: 3x3/1 conv, no maxpool; "
-           "cifar_pool: 3x3/1 conv + maxpool"),
-    K_INT(in_channels, 1, 3, "3",
-          "input channels (1: gray; gray images are repeated to 3 when 3)"),
-    K_STR(pretrained, "",
-          "weights to initialise from: safetensors, PyTorch .pth or "
-          "MindSpore .ckpt (\"\": random init)"),
-    K_STR(resume, "",
-          "checkpoint to continue training from (its config, optimizer "
-          "state, epoch; keys given override its config)"),
-    K_BOOL(new_head, "false",
-           "fine-tuning: the head keeps its fresh initialisation even when "
-           "the pretrained one has its shape"),
-    K_BOOL(freeze_backbone, "false",
-           "train only the classifier head (fine-tuning)"),
-    K_FLT(backbone_lr_mult, 0, 0, 1000, 0, "1",
-          "lr multiplier of everything but the head"),
-    K_BOOL(zero_init_residual, "false",
-           "start the last BN gamma of each block at 0"),
-    K_BOOL(sync_bn, "false", "BatchNorm statistics over all processes (MPI)"),
-
-    GROUP("optimizer"),
-    K_ENUM(opt, v_opt, "momentum",
-           "momentum (MindSpore Momentum = torch SGD with momentum), sgd "
-           "(torch SGD: momentum applies when > 0), adamw"),
-    K_FLT(lr, 0, 0, 1000, 0, "0.1",
-          "peak learning rate (after warm-up), applied to the gradient "
-          "averaged over all processes"),
-    K_FLT(momentum, 0, 0, 1, 1, "0.9", "momentum / heavy-ball factor"),
-    {.name = "nesterov",
-     .type = T_BOOL,
-     .off = OFF(nesterov),
-     .def = "false",
-     .alias = "use_nesterov",
-     .help = "Nesterov momentum"},
-    K_FLT(weight_decay, 0, 0, 1, 1, "0.0001",
-          "L2 (SGD) / decoupled (AdamW) weight decay"),
-    K_BOOL(filter_bias_and_bn, "true",
-           "no weight decay on biases, BatchNorm/LayerNorm parameters and "
-           "transformer embedding tables"),
-    K_FLT(embedding_weight_decay, -1, 0, 1, 1, "-1",
-          "weight decay of transformer embedding tables (Swin's "
-          "relative_position_bias_table); -1: as filter_bias_and_bn says "
-          "[torchvision: --transformer-embedding-decay]"),
-    K_FLT(beta1, 0, 0, 1, 1, "0.9", "AdamW beta1"),
-    K_FLT(beta2, 0, 0, 1, 1, "0.999", "AdamW beta2"),
-    K_FLT(eps, 0, 1, 1, 1, "1e-08", "AdamW epsilon"),
-    K_ENUM(lr_scale, v_lr_scale, "none",
-           "linear: lr is for 256 images; use lr x global_batch / 256 "
-           "(Goyal et al.)"),
-
-    GROUP("learning-rate schedule"),
-    K_ENUM(scheduler, v_sched, "cosine_decay",
-           "cosine_decay to min_lr, multi_step (x decay_rate at each "
-           "milestone), or constant; mindcv's multi_step_decay accepted"),
-    K_INT(warmup_epochs, 0, 100000, "0",
-          "linear warm-up epochs from lr * warmup_factor"),
-    K_FLT(warmup_factor, 0, 0, 1, 0, "0", "warm-up start, as a fraction of lr"),
-    K_FLT(min_lr, 0, 0, 1000, 0, "1e-06", "cosine_decay floor"),
-    K_INT(decay_epochs, 0, 100000, "0",
-          "cosine_decay length (0: epoch_size - warmup_epochs)"),
-    {.name = "milestones",
-     .type = T_INTS,
-     .off = OFF(milestones),
-     .n_off = OFF(n_milestones),
-     .cap = CL_CFG_MAX_MILESTONES,
-     .min = 1,
-     .max = 100000,
-     .def = "[]",
-     .alias = "multi_step_decay_milestones",
-     .help = "multi_step: epochs (increasing) where lr is multiplied by "
-             "decay_rate"},
-    K_FLT(decay_rate, 0, 1, 1, 0, "0.1", "multi_step factor per milestone"),
-    K_BOOL(lr_epoch_stair, "false",
-           "change lr only at epoch boundaries (else every step)"),
-
-    GROUP("weight averaging (EMA)"),
-    K_BOOL(ema, "false",
-           "keep an exponential moving average of the weights: evaluated "
-           "beside them, followed by the best checkpoint, shipped as the "
-           "model [timm/torchvision: --model-ema]"),
-    K_FLT(ema_decay, 0, 1, 1, 1, "0.9998",
-          "weight of the old average at each update [timm: "
-          "--model-ema-decay; torchvision's needs converting, "
-          "docs/training.md]"),
-    K_INT(ema_steps, 1, 1000000, "1",
-          "update the average every N optimizer steps of an epoch "
-          "[torchvision: --model-ema-steps]"),
-    K_BOOL(ema_warmup, "false",
-           "decay warm-up: min(ema_decay, 1 - (1 + n)^(-2/3)) at the n-th "
-           "update [timm: --model-ema-warmup]"),
-    K_BOOL(load_ema, "true",
-           "eval, predict, export, convert and pretrained read a "
-           "checkpoint's EMA weights when it has them (false: its raw "
-           "weights)"),
-
-    GROUP("training loop"),
-    K_INT(epoch_size, 1, 100000, "90", "epochs to train"),
-    {.name = "accumulation_steps",
-     .type = T_INT,
-     .off = OFF(accumulation_steps),
-     .min = 1,
-     .max = 1024,
-     .def = "1",
-     .alias = "gradient_accumulation_steps",
-     .help = "micro-batches summed per optimizer step"},
-    K_FLT(grad_clip_norm, 0, 0, BIG, 0, "0",
-          "clip the global gradient norm to this (0: off)"),
-    K_ENUM(amp_level, v_amp, "O0",
-           "O0: f32; O1: bf16 convolutions/matmuls; O2: bf16 except BN and "
-           "loss"),
-    K_BOOL(autotune, "false",
-           "measure both ways of each conv backward at start-up and keep the "
-           "faster per shape (onednn; resume reuses the choice)"),
-    K_ENUM(backend, v_backend, "onednn",
-           "onednn (fast) or ref (plain C kernels, the oracle)"),
-    K_INT(threads, 0, 4096, "0", "OpenMP threads per process (0: default)"),
-    K_INT(seed, 0, INT_MAX, "42",
-          "seed of initialisation, shuffling and augmentation"),
-    K_ENUM(dist, v_dist, "auto",
-           "auto: MPI when launched by mpirun; none: single process; mpi: "
-           "require MPI"),
-    K_FLT(bucket_mb, 0, 1, 4096, 0, "25",
-          "MPI: gradient allreduce bucket size in MiB (PyTorch DDP's 25)"),
-    K_ENUM(grad_sync, v_grad_sync, "overlap",
-           "MPI: overlap (allreduce buckets during backward) or blocking "
-           "(one allreduce after backward)"),
-    K_INT(dist_timeout, 0, 86400, "300",
-          "MPI: seconds a collective may wait for the other ranks before "
-          "the job ends naming the rank and host (0: forever)"),
-
-    GROUP("checkpoints and logs"),
-    K_STR(ckpt_save_dir, "./ckpt",
-          "run directory: checkpoints, metrics.jsonl, resolved config"),
-    K_BOOL(overwrite, "false",
-           "a new run into a ckpt_save_dir that holds a run replaces that "
-           "run (its config, metrics and checkpoints); false: refused"),
-    K_INT(ckpt_save_interval, 0, INT_MAX, "0",
-          "save a checkpoint every N optimizer steps (0: off)"),
-    K_INT(ckpt_save_epochs, 0, 100000, "1",
-          "save a checkpoint every N epochs (0: off)"),
-    K_INT(keep_checkpoint_max, 0, 100000, "10",
-          "checkpoints kept, oldest removed first (0: keep all)"),
-    K_INT(val_interval, 0, 100000, "1", "validate every N epochs (0: never)"),
-    {.name = "per_print_times",
-     .type = T_INT,
-     .off = OFF(per_print_times),
-     .min = 1,
-     .max = INT_MAX,
-     .def = "100",
-     .alias = "log_interval",
-     .help = "log loss and speed every N steps"},
-    K_ENUM(progress, v_progress, "auto",
-           "the step line: bar (redrawn in place), plain (one line per "
-           "print) or auto (bar on a terminal, plain in files, pipes and "
-           "under mpirun)"),
-    K_ENUM(log_level, v_log, "info", "error, warn, info or debug"),
-};
-
-enum { NROWS = (int)(sizeof keys / sizeof keys[0]) };
-
-/* Names from other frameworks (torchvision's train.py, timm, Keras) that a
- * user may type, mapped to ours: only suggested, never accepted, because
- * their meaning is close but not always the same. */
-static const char *const synonyms[][2] = {
-    {"learning_rate", "lr"},
-    {"base_lr", "lr"},
-    {"epochs", "epoch_size"},
-    {"num_epochs", "epoch_size"},
-    {"max_epochs", "epoch_size"},
-    {"optimizer", "opt"},
-    {"arch", "model"},
-    {"network", "model"},
-    {"lr_scheduler", "scheduler"},
-    {"sched", "scheduler"},
-    {"wd", "weight_decay"},
-    {"batch", "batch_size"},
-    {"workers", "num_parallel_workers"},
-    {"num_workers", "num_parallel_workers"},
-    {"smoothing", "label_smoothing"},
-    {"warmup", "warmup_epochs"},
-    {"lr_steps", "milestones"},
-    {"lr_milestones", "milestones"},
-    {"lr_gamma", "decay_rate"},
-    {"gamma", "decay_rate"},
-    {"clip_grad_norm", "grad_clip_norm"},
-    {"max_grad_norm", "grad_clip_norm"},
-    {"clip_value", "grad_clip_norm"},
-    {"clip_grad", "grad_clip_norm"},
-    {"output_dir", "ckpt_save_dir"},
-    {"save_dir", "ckpt_save_dir"},
-    {"input_size", "image_size"},
-    {"img_size", "image_size"},
-    {"resolution", "image_size"},
-    {"data_path", "data_dir"},
-    {"root", "data_dir"},
-    {"print_freq", "per_print_times"},
-    {"random_erase", "re_prob"},
-    {"reprob", "re_prob"},
-    {"mixup_alpha", "mixup"},
-    {"cutmix_alpha", "cutmix"},
-    {"amp", "amp_level"},
-    {"val_while_train", "val_interval"},
-    {"ckpt_path", "pretrained"},
-    {"distribute", "dist"},
-    {"momentum_rate", "momentum"},
-    {"eval_interval", "val_interval"},
-};
+/* The rows of io/config_keys.c. */
+static const key *const keys = cl__config_keys;
 
 /* ---- small helpers ---- */
 
@@ -463,7 +47,7 @@ static int *count_at(cl_config *c, const key *k)
 
 static const key *find_key(const char *name)
 {
-    for (int i = 0; i < NROWS; i++)
+    for (int i = 0; i < cl__config_nkeys; i++)
         if (keys[i].name &&
             (strcmp(keys[i].name, name) == 0 ||
              (keys[i].alias && strcmp(keys[i].alias, name) == 0)))
@@ -501,12 +85,12 @@ static size_t edit_distance(const char *a, const char *b)
 /* The key a user most likely meant, or NULL when nothing is close. */
 static const char *suggest(const char *name)
 {
-    for (size_t i = 0; i < sizeof synonyms / sizeof synonyms[0]; i++)
-        if (strcmp(synonyms[i][0], name) == 0)
-            return synonyms[i][1];
+    for (int i = 0; i < cl__config_nsynonyms; i++)
+        if (strcmp(cl__config_synonyms[i][0], name) == 0)
+            return cl__config_synonyms[i][1];
     const char *best = NULL;
     size_t best_d = SIZE_MAX;
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < cl__config_nkeys; i++) {
         if (!keys[i].name)
             continue;
         const char *cand[2] = {keys[i].name, keys[i].alias};
@@ -556,7 +140,7 @@ static void fmt_range(char *buf, size_t n, const key *k)
     char lo[40], hi[40];
     fmt_num(lo, sizeof lo, k->min);
     fmt_num(hi, sizeof hi, k->max);
-    if (k->max >= BIG)
+    if (k->max >= CL__CFG_NO_MAX)
         snprintf(buf, n, "%s %s", k->min_open ? ">" : ">=", lo);
     else
         snprintf(buf, n, "in %c%s, %s%c", k->min_open ? '(' : '[', lo, hi,
@@ -726,11 +310,10 @@ static cl_status set_scalar(cl_config *c, const key *k, const char *text,
         return CL_OK;
     }
     case T_ENUM:
-        for (size_t a = 0; a < sizeof value_aliases / sizeof *value_aliases;
-             a++)
-            if (strcmp(value_aliases[a][0], k->name) == 0 &&
-                strcmp(value_aliases[a][1], text) == 0)
-                text = value_aliases[a][2];
+        for (int a = 0; a < cl__config_nvalue_aliases; a++)
+            if (strcmp(cl__config_value_aliases[a][0], k->name) == 0 &&
+                strcmp(cl__config_value_aliases[a][1], text) == 0)
+                text = cl__config_value_aliases[a][2];
         for (int i = 0; k->values[i]; i++)
             if (strcmp(k->values[i], text) == 0) {
                 CINT(c, k) = i;
@@ -849,7 +432,7 @@ static cl_status set_text(cl_config *c, const key *k, const char *value,
 void cl_config_defaults(cl_config *c)
 {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < cl__config_nkeys; i++) {
         if (!keys[i].name)
             continue;
         cl_status s = set_text(c, &keys[i], keys[i].def, "defaults");
@@ -891,7 +474,7 @@ cl_status cl_config_check(const cl_config *c)
 {
     const char *p = "config";
     /* Fields set by code rather than parsed: enums and booleans in range. */
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < cl__config_nkeys; i++) {
         const key *k = &keys[i];
         int n = 0;
         if (!k->name || (k->type != T_ENUM && k->type != T_BOOL))
@@ -979,7 +562,7 @@ cl_status cl_config_check(const cl_config *c)
                         p);
     if (c->data_dir[0] == '\0' && c->dataset != CL_CFG_DATASET_FASHION_MNIST)
         return cl_error(CL_ERR_CONFIG, "%s: dataset %s needs data_dir", p,
-                        v_dataset[c->dataset]);
+                        cl_config_enum_name("dataset", c->dataset));
     if (c->train_split[0] == '\0')
         return cl_error(CL_ERR_CONFIG, "%s: train_split is empty", p);
     if (c->class_indexing[0] && c->dataset != CL_CFG_DATASET_IMAGEFOLDER)
@@ -1093,7 +676,7 @@ static cl_status yvalue(yload *y, cl_config *c, const key *k, const char *loc)
 
 static cl_status yload_doc(yload *y, cl_config *c)
 {
-    int first_line[NROWS] = {0};
+    int first_line[CL__CFG_MAX_ROWS] = {0};
     char loc[600];
     CL_TRY(ynext(y)); /* stream start */
     CL_TRY(ynext(y));
@@ -1275,7 +858,7 @@ cl_status cl_config_format_yaml(const cl_config *c, cl_strbuf *out)
                    "# classic %s: the fully resolved configuration "
                    "(every key).\n",
                    cl_version());
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < cl__config_nkeys; i++) {
         const key *k = &keys[i];
         if (!k->name) {
             cl_strbuf_addf(out, "%s# %s\n", i ? "\n" : "", k->help);
@@ -1333,7 +916,7 @@ void cl_config_print_help(FILE *f)
     char d[200], line[600], name[40];
     fprintf(f, "Configuration keys (YAML recipe `key: value`, or `--key "
                "value` on the\ncommand line):\n");
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < cl__config_nkeys; i++) {
         const key *k = &keys[i];
         if (!k->name) {
             fprintf(f, "\n%s:\n", k->help);
@@ -1382,7 +965,7 @@ static int same_value(const cl_config *a, const cl_config *b, const key *k)
 
 const char *cl_config_diff(const cl_config *a, const cl_config *b)
 {
-    for (int i = 0; i < NROWS; i++)
+    for (int i = 0; i < cl__config_nkeys; i++)
         if (keys[i].name && !same_value(a, b, &keys[i]))
             return keys[i].name;
     return NULL;
@@ -1420,14 +1003,14 @@ const char *cl_config_enum_name(const char *name, int v)
 int cl_config_key_count(void)
 {
     int n = 0;
-    for (int i = 0; i < NROWS; i++)
+    for (int i = 0; i < cl__config_nkeys; i++)
         n += keys[i].name != NULL;
     return n;
 }
 
 const char *cl_config_key_name(int i)
 {
-    for (int r = 0; r < NROWS; r++)
+    for (int r = 0; r < cl__config_nkeys; r++)
         if (keys[r].name && i-- == 0)
             return keys[r].name;
     return NULL;

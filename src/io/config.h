@@ -15,23 +15,27 @@
 
 /* Enumerated keys: the value is the index into the key's list of names, so
  * cl_config_enum_name(key, value) gives the YAML spelling back. */
-/* Every enum key's values, X(P, NAME, "spelling") in order: the enum
+/* `dataset` and `model` take the names of lists their modules own: the
+ * lines of data/formats.def that a recipe takes (its last column 1) and
+ * those of models/archs.def.  Each line gives the enum CL_CFG_DATASET_<E>
+ * or CL_CFG_MODEL_<E> (0, 1, ... in the list's order) here and its
+ * spelling in io/config_keys.c's value tables. */
+#define CL_CFG_RECIPE_FORMAT_1(x) x,
+#define CL_CFG_RECIPE_FORMAT_0(x)
+enum {
+#define CL_DATA_FORMAT(E, name, alias, reader, variant, recipe)                \
+    CL_CFG_RECIPE_FORMAT_##recipe(CL_CFG_DATASET_##E)
+#include "data/formats.def"
+#undef CL_DATA_FORMAT
+};
+enum {
+#define CL_ARCH(E, name, family, variant) CL_CFG_MODEL_##E,
+#include "models/archs.def"
+#undef CL_ARCH
+};
+/* Every other enum key's values, X(P, NAME, "spelling") in order: the enum
  * P##NAME (0, 1, ...) and the spelling config files use come from the
- * same line (io/config.c builds its value tables from them). */
-#define CL_CFG_DATASETS(X, P)                                                  \
-    X(P, FASHION_MNIST, "fashion_mnist")                                       \
-    X(P, MNIST, "mnist")                                                       \
-    X(P, CIFAR10, "cifar10")                                                   \
-    X(P, CIFAR100, "cifar100")                                                 \
-    X(P, IMAGEFOLDER, "imagefolder")
-#define CL_CFG_MODELS(X, P)                                                    \
-    X(P, RESNET18, "resnet18")                                                 \
-    X(P, RESNET34, "resnet34")                                                 \
-    X(P, RESNET50, "resnet50")                                                 \
-    X(P, RESNET101, "resnet101")                                               \
-    X(P, RESNET152, "resnet152")                                               \
-    X(P, SWIN_T, "swin_t")                                                     \
-    X(P, SWIN_MICRO, "swin_micro")
+ * same line (io/config_keys.c builds its value tables from them). */
 #define CL_CFG_STEMS(X, P)                                                     \
     X(P, IMAGENET, "imagenet")                                                 \
     X(P, CIFAR, "cifar")                                                       \
@@ -76,8 +80,6 @@
     X(P, BILINEAR, "bilinear")                                                 \
     X(P, BICUBIC, "bicubic")
 #define CL_CFG_ENUM_VALUE(P, name, spelling) P##name,
-enum { CL_CFG_DATASETS(CL_CFG_ENUM_VALUE, CL_CFG_DATASET_) };
-enum { CL_CFG_MODELS(CL_CFG_ENUM_VALUE, CL_CFG_MODEL_) };
 enum { CL_CFG_STEMS(CL_CFG_ENUM_VALUE, CL_CFG_STEM_) };
 enum { CL_CFG_OPTS(CL_CFG_ENUM_VALUE, CL_CFG_OPT_) };
 enum { CL_CFG_SCHEDS(CL_CFG_ENUM_VALUE, CL_CFG_SCHED_) };

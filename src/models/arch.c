@@ -5,32 +5,77 @@
 #include "core/error.h"
 #include "models/arch.h"
 
+/* Every line of models/archs.def: its name and family; and the names
+ * ", "-separated (each line adds ", name"; the list starts past the first
+ * separator). */
+static const struct {
+    const char *name;
+    cl_arch_family family;
+} ARCHS[] = {
+#define CL_ARCH(E, name, family, variant) {name, CL_ARCH_##family},
+#include "models/archs.def"
+#undef CL_ARCH
+};
+static const char NAME_LIST[] = ""
+#define CL_ARCH(E, name, family, variant) ", " name
+#include "models/archs.def"
+#undef CL_ARCH
+    ;
+#define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
+
+const char *cl_arch_names(void)
+{
+    return NAME_LIST + 2;
+}
+
+int cl_arch_count(void)
+{
+    return N_ARCHS;
+}
+
+const char *cl_arch_name_at(int i, cl_arch_family *family)
+{
+    if (i < 0 || i >= N_ARCHS)
+        return NULL;
+    if (family)
+        *family = ARCHS[i].family;
+    return ARCHS[i].name;
+}
+
 cl_status cl_arch_parse(const char *name, const char *stem, cl_arch *a)
 {
     memset(a, 0, sizeof *a);
-    if (name && cl_swin_is_arch(name)) {
-        a->family = CL_ARCH_SWIN;
+    int i = 0;
+    while (i < N_ARCHS && !(name && strcmp(name, ARCHS[i].name) == 0))
+        i++;
+    if (i == N_ARCHS)
+        return cl_error(CL_ERR_ARG, "arch '%s' is not one of %s",
+                        name ? name : "(null)", cl_arch_names());
+    a->family = ARCHS[i].family;
+    switch (a->family) {
+    case CL_ARCH_SWIN:
         return cl_swin_arch_parse(name, &a->swin);
+    case CL_ARCH_RESNET:
+        a->resnet = cl_resnet_config_default();
+        CL_TRY(cl_resnet_arch_parse(name, &a->resnet.depth));
+        if (stem)
+            CL_TRY(cl_resnet_stem_parse(stem, &a->resnet.stem));
+        return CL_OK;
     }
-    int depth = 0;
-    a->family = CL_ARCH_RESNET;
-    a->resnet = cl_resnet_config_default();
-    if (cl_resnet_arch_parse(name, &depth) != CL_OK)
-        return cl_error(CL_ERR_ARG,
-                        "arch '%s' is not one of resnet18, resnet34, "
-                        "resnet50, resnet101, resnet152, swin_t, swin_micro",
-                        name ? name : "(null)");
-    a->resnet.depth = depth;
-    if (stem)
-        CL_TRY(cl_resnet_stem_parse(stem, &a->resnet.stem));
-    return CL_OK;
+    return cl_error(CL_ERR_ARG, "arch '%s': family %d is not built", name,
+                    (int)a->family);
 }
 
 const char *cl_arch_name(const cl_arch *a, char *buf, size_t cap)
 {
-    if (a->family == CL_ARCH_SWIN)
-        snprintf(buf, cap, "%s", a->swin.name);
-    else
+    const char *name = a->family == CL_ARCH_SWIN
+                           ? a->swin.name
+                           : cl_resnet_arch_name(a->resnet.depth);
+    if (name)
+        snprintf(buf, cap, "%s", name);
+    else if (a->family == CL_ARCH_SWIN)
+        snprintf(buf, cap, "swin");
+    else /* a depth no line names, as cl_arch_check will say */
         snprintf(buf, cap, "resnet%d", a->resnet.depth);
     return buf;
 }

@@ -22,10 +22,18 @@ typedef struct cl_arch {
     cl_swin_config swin;     /* CL_ARCH_SWIN */
 } cl_arch;
 
-/* The arch called name ("resnet50", "swin_t", ...), with stem (a ResNet's;
- * NULL for the default, ignored by other families), 3 channels and 1000
- * classes.  CL_ERR_ARG listing every name otherwise. */
+/* The arch called name, a line of models/archs.def ("resnet50", "swin_t",
+ * ...), with stem (a ResNet's; NULL for the default, ignored by other
+ * families), 3 channels and 1000 classes.  CL_ERR_ARG listing every name
+ * otherwise. */
 cl_status cl_arch_parse(const char *name, const char *stem, cl_arch *a);
+/* Every name of models/archs.def, ", "-separated ("resnet18, resnet34,
+ * ..., swin_micro"), as errors and help text list them. */
+const char *cl_arch_names(void);
+/* How many archs models/archs.def lists, and arch i's name and family
+ * (NULL for i out of range). */
+int cl_arch_count(void);
+const char *cl_arch_name_at(int i, cl_arch_family *family);
 /* "resnet50", "swin_t". */
 const char *cl_arch_name(const cl_arch *a, char *buf, size_t cap);
 /* A ResNet's stem name; NULL for families without stems. */

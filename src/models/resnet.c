@@ -6,21 +6,40 @@
 #include "core/error.h"
 #include "models/resnet.h"
 
-/* Blocks per stage for each depth. */
+/* Blocks per stage for each depth models/archs.def gives a ResNet. */
 typedef struct arch_def {
-    const char *name;
     int depth;
     int bottleneck;
     int blocks[4];
 } arch_def;
 
 static const arch_def ARCHS[] = {
-    {"resnet18", 18, 0, {2, 2, 2, 2}},    {"resnet34", 34, 0, {3, 4, 6, 3}},
-    {"resnet50", 50, 1, {3, 4, 6, 3}},    {"resnet101", 101, 1, {3, 4, 23, 3}},
-    {"resnet152", 152, 1, {3, 8, 36, 3}},
+    {18, 0, {2, 2, 2, 2}},   {34, 0, {3, 4, 6, 3}},   {50, 1, {3, 4, 6, 3}},
+    {101, 1, {3, 4, 23, 3}}, {152, 1, {3, 8, 36, 3}},
 };
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
-#define ARCH_LIST "resnet18, resnet34, resnet50, resnet101, resnet152"
+
+/* The ResNet lines of models/archs.def (FAMILY picks the case): names and
+ * depths, and the names ", "-separated for errors (each line adds
+ * ", name"; the list starts past the first separator). */
+#define RESNET_OF_RESNET(name, depth) {name, depth},
+#define RESNET_OF_SWIN(name, variant)
+#define LIST_OF_RESNET(name) ", " name
+#define LIST_OF_SWIN(name)
+static const struct {
+    const char *name;
+    int depth;
+} NAMES[] = {
+#define CL_ARCH(E, name, family, variant) RESNET_OF_##family(name, variant)
+#include "models/archs.def"
+#undef CL_ARCH
+};
+static const char NAME_LIST[] = ""
+#define CL_ARCH(E, name, family, variant) LIST_OF_##family(name)
+#include "models/archs.def"
+#undef CL_ARCH
+    ;
+#define N_NAMES ((int)(sizeof NAMES / sizeof NAMES[0]))
 #define MAX_CLASSES 1000000
 
 static const arch_def *arch_find(int depth)
@@ -45,13 +64,21 @@ cl_resnet_config cl_resnet_config_default(void)
 
 cl_status cl_resnet_arch_parse(const char *name, int *depth)
 {
-    for (int i = 0; name && i < N_ARCHS; i++)
-        if (strcmp(name, ARCHS[i].name) == 0) {
-            *depth = ARCHS[i].depth;
+    for (int i = 0; name && i < N_NAMES; i++)
+        if (strcmp(name, NAMES[i].name) == 0) {
+            *depth = NAMES[i].depth;
             return CL_OK;
         }
-    return cl_error(CL_ERR_ARG, "arch '%s' is not one of " ARCH_LIST,
-                    name ? name : "(null)");
+    return cl_error(CL_ERR_ARG, "arch '%s' is not one of %s",
+                    name ? name : "(null)", NAME_LIST + 2);
+}
+
+const char *cl_resnet_arch_name(int depth)
+{
+    for (int i = 0; i < N_NAMES; i++)
+        if (NAMES[i].depth == depth)
+            return NAMES[i].name;
+    return NULL;
 }
 
 cl_status cl_resnet_stem_parse(const char *name, cl_resnet_stem *stem)
@@ -89,10 +116,9 @@ int cl_resnet_expansion(int depth)
 
 cl_status cl_resnet_check_config(const cl_resnet_config *cfg)
 {
-    if (!arch_find(cfg->depth))
-        return cl_error(CL_ERR_ARG,
-                        "resnet: depth %d is not one of 18, 34, 50, 101, 152",
-                        cfg->depth);
+    if (!arch_find(cfg->depth) || !cl_resnet_arch_name(cfg->depth))
+        return cl_error(CL_ERR_ARG, "resnet: depth %d is none of %s",
+                        cfg->depth, NAME_LIST + 2);
     if (cfg->stem != CL_STEM_IMAGENET && cfg->stem != CL_STEM_CIFAR &&
         cfg->stem != CL_STEM_CIFAR_POOL)
         return cl_error(CL_ERR_ARG,
@@ -218,6 +244,7 @@ cl_status cl_resnet_build(cl_graph *g, const cl_resnet_config *cfg, int in_h,
     if (g->n_nodes != 0 || g->finalized)
         return cl_error(CL_ERR_ARG, "resnet: the graph is not empty");
     const arch_def *ad = arch_find(cfg->depth);
+    const char *name = cl_resnet_arch_name(cfg->depth);
     /* Smaller inputs would shrink to nothing (or to a lone value whose
      * batch variance is undefined) before the last stage. */
     int min = cfg->stem == CL_STEM_IMAGENET     ? 32
@@ -227,15 +254,15 @@ cl_status cl_resnet_build(cl_graph *g, const cl_resnet_config *cfg, int in_h,
         return cl_error(CL_ERR_SHAPE,
                         "%s: input %dx%d is too small for the %s stem "
                         "(at least %dx%d: the network downsamples by %d)",
-                        ad->name, in_h, in_w, cl_resnet_stem_name(cfg->stem),
-                        min, min, min);
+                        name, in_h, in_w, cl_resnet_stem_name(cfg->stem), min,
+                        min, min);
     if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
         return cl_error(CL_ERR_ARG,
-                        "%s: label_smoothing is %g, expected 0 <= s < 1",
-                        ad->name, (double)label_smoothing);
+                        "%s: label_smoothing is %g, expected 0 <= s < 1", name,
+                        (double)label_smoothing);
     cl_status s =
         build_body(g, cfg, ad, in_h, in_w, soft_targets, label_smoothing);
     if (s != CL_OK)
-        return cl_error_wrap(s, "%s: ", ad->name);
+        return cl_error_wrap(s, "%s: ", name);
     return CL_OK;
 }

@@ -28,8 +28,11 @@ typedef struct cl_resnet_config {
 /* resnet50, imagenet stem, 3 channels, 1000 classes. */
 cl_resnet_config cl_resnet_config_default(void);
 
-/* "resnet50" -> 50.  CL_ERR_ARG listing the valid names otherwise. */
+/* "resnet50" -> 50, for the ResNets of models/archs.def.  CL_ERR_ARG
+ * listing their names otherwise. */
 cl_status cl_resnet_arch_parse(const char *name, int *depth);
+/* 50 -> "resnet50"; NULL for a depth models/archs.def does not name. */
+const char *cl_resnet_arch_name(int depth);
 /* "imagenet", "cifar" or "cifar_pool". */
 cl_status cl_resnet_stem_parse(const char *name, cl_resnet_stem *stem);
 const char *cl_resnet_stem_name(cl_resnet_stem stem);

@@ -12,38 +12,66 @@
 
 #define MAX_CLASSES 1000000
 #define INIT_STREAM_TAG 0x73776e69u /* "swni" */
-#define ARCH_LIST "swin_t, swin_micro"
 
-cl_swin_config cl_swin_t(void)
+/* torchvision's swin_t (patch 4, window 7, embed 96, depths 2-2-6-2, heads
+ * 3-6-12-24, MLP ratio 4, stochastic depth 0.2), for 224 x 224 inputs. */
+static cl_swin_config swin_t_config(void)
 {
-    cl_swin_config c = {"swin_t",       4, 7,    96, 4,   {2, 2, 6, 2},
+    cl_swin_config c = {NULL,           4, 7,    96, 4,   {2, 2, 6, 2},
                         {3, 6, 12, 24}, 4, 0.2f, 3,  1000};
     return c;
 }
 
-cl_swin_config cl_swin_micro(void)
+/* classic's small variant for 28-32 px inputs: patch 2, window 4, embed
+ * 64, depths 2-2-6, heads 2-4-8, MLP ratio 4, stochastic depth 0.1; at 32
+ * px its stages see 16x16, 8x8 and 4x4 tokens. */
+static cl_swin_config swin_micro_config(void)
 {
-    cl_swin_config c = {"swin_micro", 2, 4,    64, 3,   {2, 2, 6, 0},
+    cl_swin_config c = {NULL,         2, 4,    64, 3,   {2, 2, 6, 0},
                         {2, 4, 8, 0}, 4, 0.1f, 3,  1000};
     return c;
 }
 
+/* The Swin lines of models/archs.def (FAMILY picks the case): names and
+ * configs, and the names ", "-separated for errors (each line adds
+ * ", name"; the list starts past the first separator). */
+#define SWIN_OF_SWIN(name, make) {name, make},
+#define SWIN_OF_RESNET(name, variant)
+#define LIST_OF_SWIN(name) ", " name
+#define LIST_OF_RESNET(name)
+static const struct {
+    const char *name;
+    cl_swin_config (*make)(void);
+} SWINS[] = {
+#define CL_ARCH(E, name, family, variant) SWIN_OF_##family(name, variant)
+#include "models/archs.def"
+#undef CL_ARCH
+};
+static const char NAME_LIST[] = ""
+#define CL_ARCH(E, name, family, variant) LIST_OF_##family(name)
+#include "models/archs.def"
+#undef CL_ARCH
+    ;
+#define N_SWINS ((int)(sizeof SWINS / sizeof SWINS[0]))
+
 int cl_swin_is_arch(const char *name)
 {
-    return name &&
-           (strcmp(name, "swin_t") == 0 || strcmp(name, "swin_micro") == 0);
+    for (int i = 0; name && i < N_SWINS; i++)
+        if (strcmp(name, SWINS[i].name) == 0)
+            return 1;
+    return 0;
 }
 
 cl_status cl_swin_arch_parse(const char *name, cl_swin_config *cfg)
 {
-    if (name && strcmp(name, "swin_t") == 0)
-        *cfg = cl_swin_t();
-    else if (name && strcmp(name, "swin_micro") == 0)
-        *cfg = cl_swin_micro();
-    else
-        return cl_error(CL_ERR_ARG, "arch '%s' is not one of " ARCH_LIST,
-                        name ? name : "(null)");
-    return CL_OK;
+    for (int i = 0; name && i < N_SWINS; i++)
+        if (strcmp(name, SWINS[i].name) == 0) {
+            *cfg = SWINS[i].make();
+            cfg->name = SWINS[i].name;
+            return CL_OK;
+        }
+    return cl_error(CL_ERR_ARG, "arch '%s' is not one of %s",
+                    name ? name : "(null)", NAME_LIST + 2);
 }
 
 cl_status cl_swin_check_config(const cl_swin_config *c)

@@ -31,17 +31,8 @@ typedef struct cl_swin_config {
     int num_classes;
 } cl_swin_config;
 
-/* torchvision's swin_t (patch 4, window 7, embed 96, depths 2-2-6-2, heads
- * 3-6-12-24, MLP ratio 4, stochastic depth 0.2) with 3 channels and 1000
- * classes, for 224 x 224 inputs. */
-cl_swin_config cl_swin_t(void);
-/* classic's small variant for 28-32 px inputs: patch 2, window 4, embed
- * 64, depths 2-2-6, heads 2-4-8, MLP ratio 4, stochastic depth 0.1; at 32
- * px its stages see 16x16, 8x8 and 4x4 tokens. */
-cl_swin_config cl_swin_micro(void);
-
-/* "swin_t" or "swin_micro" into *cfg (3 channels, 1000 classes);
- * CL_ERR_ARG listing the names otherwise. */
+/* A Swin of models/archs.def ("swin_t", "swin_micro") into *cfg (3
+ * channels, 1000 classes); CL_ERR_ARG listing their names otherwise. */
 cl_status cl_swin_arch_parse(const char *name, cl_swin_config *cfg);
 /* Non-zero when name is a Swin arch name. */
 int cl_swin_is_arch(const char *name);

@@ -6,22 +6,6 @@
 #include "core/error.h"
 #include "train/recipe.h"
 
-static const char *dataset_format(int d)
-{
-    switch (d) {
-    case CL_CFG_DATASET_FASHION_MNIST:
-        return "fashion_mnist";
-    case CL_CFG_DATASET_MNIST:
-        return "mnist";
-    case CL_CFG_DATASET_CIFAR10:
-        return "cifar10";
-    case CL_CFG_DATASET_CIFAR100:
-        return "cifar100";
-    default:
-        return "imagefolder";
-    }
-}
-
 /* Whether split is one of the names cl_imagefolder_split looks for under
  * usage (train: train; test: val, validation, test). */
 static int is_usage_name(const char *split, cl_data_usage usage)
@@ -36,7 +20,8 @@ cl_status cl_recipe_dataset(const cl_config *cfg, cl_data_usage usage,
                             char *dir_buf, size_t n, cl_dataset_spec *spec)
 {
     *spec = cl_dataset_spec_default();
-    spec->format = dataset_format(cfg->dataset);
+    /* The recipe's dataset values are data/formats.def's names. */
+    spec->format = cl_config_enum_name("dataset", cfg->dataset);
     spec->path = cfg->data_dir[0] ? cfg->data_dir : NULL;
     spec->usage = usage;
     spec->on_bad_image = cfg->on_bad_image == CL_CFG_BAD_IMAGE_SKIP
