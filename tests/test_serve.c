@@ -1101,15 +1101,24 @@ CL_TEST(sixty_four_clients_at_once)
     CHECK(stop(&s) == 0);
 }
 
+/* How many times needle occurs in text. */
+static int count(const char *text, const char *needle)
+{
+    int k = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        k++;
+    return k;
+}
+
 CL_TEST(sighup_under_load_fails_nothing)
 {
     server s;
     REQUIRE(start(&s, NULL));
     char cmd[16384], out[1300];
     snprintf(out, sizeof out, "%s/codes", cl_test_tmpdir());
-    /* 8 clients, 25 requests each, in the background. */
+    /* 8 clients, 15 requests each, in the background. */
     snprintf(cmd, sizeof cmd,
-             "for c in $(seq 8); do ( for i in $(seq 25); do curl -s "
+             "for c in $(seq 8); do ( for i in $(seq 15); do curl -s "
              "--max-time 60 -o /dev/null -w '%%{http_code}\\n' -H "
              "'Content-Type: image/png' --data-binary @%s "
              "http://127.0.0.1:%d/v1/models/tiny:classify; done ) & done "
@@ -1131,19 +1140,19 @@ CL_TEST(sighup_under_load_fails_nothing)
     if (f)
         fclose(f);
     printf("%d answers, %d not 200\n", n, bad);
-    CHECK(n == 200 && bad == 0);
-    /* Each reload completed (they may queue behind each other). */
+    CHECK(n == 120 && bad == 0);
+    /* Every reload begun has completed (signals that came during one
+     * merge into the next, so there may be fewer than three). */
+    int begun = 0, done = 0;
     for (int t = 0; t < 100; t++) {
-        const char *l = cl_test_slurp(s.log), *p = l;
-        int k = 0;
-        while ((p = strstr(p, "classic serve: reloaded")) != NULL) {
-            k++;
-            p++;
-        }
-        if (k >= 3)
+        begun = count(cl_test_slurp(s.log), "SIGHUP: reloading");
+        done = count(cl_test_slurp(s.log), "classic serve: reloaded");
+        if (begun > 0 && begun == done)
             break;
         nap(100);
     }
+    printf("%d reloads\n", done);
+    CHECK(done >= 1 && done == begun);
     CHECK(strstr(cl_test_slurp(s.log), "classic serve: reloaded") != NULL);
     CHECK(strstr(cl_test_slurp(s.log), "reload failed") == NULL);
     CHECK(http(&s, "/v2/models/tiny/ready", NULL) == 200);
