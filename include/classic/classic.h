@@ -62,9 +62,9 @@ typedef struct cl_prediction {
 /* Opens a checkpoint for inference into *out: a classic checkpoint, a plain
  * safetensors file with torchvision's names, a PyTorch .pth or a MindSpore
  * .ckpt; arch ("resnet50", "swin_t", may be NULL) is checked against the
- * file, or inferred from the tensors of weights without metadata; backend is "onednn" (NULL), "ref" (the plain
- * reference kernels) or "none" (the network is described, not run: the
- * classify and embed calls refuse).  Thread-safe. */
+ * file, or inferred from the tensors of weights without metadata; backend is
+ * "onednn" (NULL), "ref" (the plain reference kernels) or "none" (the network
+ * is described, not run: the classify and embed calls refuse).  Thread-safe. */
 CL_API cl_status cl_classifier_load(cl_classifier **out, const char *path,
                                     const char *arch, const char *backend);
 /* How cl_classifier_open opens a model.  Zero it and set size to
@@ -324,9 +324,9 @@ typedef struct cl_train_summary {
     double data_wait_share; /* fraction of the loop spent waiting on data */
 } cl_train_summary;
 
-/* Trains a network (ResNet or Swin) as a recipe says: the YAML file config_path and/or the
- * YAML text config_text (either may be NULL; the text applies after the
- * file), then n_overrides "key=value" strings, over classic's defaults
+/* Trains a network (ResNet or Swin) as a recipe says: the YAML file config_path
+ * and/or the YAML text config_text (either may be NULL; the text applies after
+ * the file), then n_overrides "key=value" strings, over classic's defaults
  * (docs/config.md lists the keys).  on_progress may be NULL; summary may
  * be NULL.  A run stopped by its callback returns CL_ERR_INTERRUPTED with
  * summary->stopped set.  While it runs, SIGINT and SIGTERM stop it as the
