@@ -262,8 +262,11 @@ CL_TEST(evaluate_a_split_and_keep_features)
     const char *ck = train_tiny("run_eval", 1, NULL, NULL, &st);
     REQUIRE_OK(st);
     const char *ov[] = {"limit_val=0"};
-    cl_eval_opts o = {
-        .batch = 3, .overrides = ov, .n_overrides = 1, .keep_features = 1};
+    cl_eval_opts o = {.size = sizeof o,
+                      .batch = 3,
+                      .overrides = ov,
+                      .n_overrides = 1,
+                      .keep_features = 1};
     cl_evaluation *e = NULL;
     REQUIRE_OK(cl_evaluation_run(&e, ck, &o));
     cl_eval_summary sum;
@@ -339,17 +342,17 @@ CL_TEST(evaluate_a_split_and_keep_features)
     CHECK(e == NULL);
     CHECK_ERR(cl_evaluation_run(NULL, ck, NULL), CL_ERR_ARG, "out is NULL");
     const char *bad[] = {"no_equals_sign"};
-    cl_eval_opts ob = {.overrides = bad, .n_overrides = 1};
+    cl_eval_opts ob = {.size = sizeof ob, .overrides = bad, .n_overrides = 1};
     CHECK_ERR(cl_evaluation_run(&e, ck, &ob), CL_ERR_ARG, "expected key=value");
     const char *unknown[] = {"no_such_key=1"};
     ob.overrides = unknown;
     CHECK(cl_evaluation_run(&e, ck, &ob) != CL_OK);
     CHECK(strstr(cl_last_error(), "no_such_key") != NULL);
-    cl_eval_opts os = {.split = "nowhere"};
+    cl_eval_opts os = {.size = sizeof os, .split = "nowhere"};
     CHECK(cl_evaluation_run(&e, ck, &os) != CL_OK);
     CHECK(strstr(cl_last_error(), "nowhere") != NULL);
     CHECK(e == NULL);
-    cl_eval_opts nf = {.batch = 4};
+    cl_eval_opts nf = {.size = sizeof nf, .batch = 4};
     REQUIRE_OK(cl_evaluation_run(&e, ck, &nf));
     CHECK(cl_evaluation_features(e, &n, &dim) == NULL && n == 0);
     CHECK_ERR(cl_evaluation_save_features(e, gallery), CL_ERR_ARG,

@@ -6,6 +6,7 @@
  * caps the bf16 checks become checks of the refusal's sentence.
  * ctest-labels: api onednn */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +128,7 @@ CL_TEST(evaluation_at_bf16_and_amp_refused)
 {
     const char *ck = tiny_checkpoint();
     REQUIRE(ck != NULL);
-    cl_eval_opts o = {.batch = 4};
+    cl_eval_opts o = {.size = sizeof o, .batch = 4};
     cl_evaluation *e = NULL;
     cl_eval_summary f, b;
     REQUIRE_OK(cl_evaluation_run(&e, ck, &o));
@@ -158,6 +159,31 @@ CL_TEST(evaluation_at_bf16_and_amp_refused)
                   "amp_level is how a run trains");
         CHECK(e == NULL);
     }
+    /* The options are read as far as their size says, as
+     * cl_classifier_open's: NULL is the defaults, a size the library does
+     * not know is refused, and a caller built against a header that ended
+     * before `precision` gets f32 whatever lies beyond the size it
+     * passed. */
+    o.n_overrides = 0;
+    o.overrides = NULL;
+    REQUIRE_OK(cl_evaluation_run(&e, ck, NULL));
+    REQUIRE_OK(cl_evaluation_summary(e, &b));
+    /* Batches of 100 instead of 4: equal up to rounding. */
+    CHECK(b.samples == f.samples);
+    CHECK_NEAR(b.loss, f.loss, 1e-4 * fabs(f.loss) + 1e-6);
+    cl_evaluation_free(e);
+    e = NULL;
+    o.size = sizeof o + 8;
+    CHECK_ERR(cl_evaluation_run(&e, ck, &o), CL_ERR_ARG, "newer classic.h");
+    o.size = 0;
+    CHECK_ERR(cl_evaluation_run(&e, ck, &o), CL_ERR_ARG, "opts->size is 0");
+    CHECK(e == NULL);
+    o.size = offsetof(cl_eval_opts, precision);
+    o.precision = "no such precision";
+    REQUIRE_OK(cl_evaluation_run(&e, ck, &o));
+    REQUIRE_OK(cl_evaluation_summary(e, &b));
+    CHECK(b.samples == f.samples && b.loss == f.loss);
+    cl_evaluation_free(e);
 }
 
 /* Runs `classic <args>` and checks its exit status and, when want is not

@@ -211,7 +211,12 @@ CL_API cl_status cl_classifier_embed_files(cl_classifier *c, int n,
  * cl_evaluation_run / cl_evaluation_free). */
 typedef struct cl_evaluation cl_evaluation;
 
+/* How cl_evaluation_run runs.  Zero it and set size to
+ * sizeof(cl_eval_opts) before the fields wanted: the library reads the
+ * first `size` bytes only, so a program built against this header keeps
+ * working when a later version adds fields at the end. */
 typedef struct cl_eval_opts {
+    size_t size;
     const char *arch;    /* checked against the file, or picks the ResNet of
                             weights without metadata; NULL: from the file */
     const char *backend; /* "onednn" (NULL) or "ref" */
@@ -243,7 +248,8 @@ typedef struct cl_eval_summary {
 /* Opens the checkpoint at path (any kind cl_classifier_load reads), reads
  * the split its recipe names (as opts change it) with its eval pipeline,
  * every sample exactly once, and keeps the results in *out.  opts may be
- * NULL (the defaults above).  With opts->distributed under mpirun, MPI is
+ * NULL (the defaults above); an opts->size the library does not know is
+ * refused with a sentence.  With opts->distributed under mpirun, MPI is
  * initialised here and finalised by cl_evaluation_free: one distributed
  * evaluation per process.  Thread-safe (one call per handle). */
 CL_API cl_status cl_evaluation_run(cl_evaluation **out, const char *path,

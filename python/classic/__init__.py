@@ -66,7 +66,8 @@ class _Summary(_ctypes.Structure):
 
 
 class _EvalOpts(_ctypes.Structure):
-    _fields_ = [("arch", _ctypes.c_char_p), ("backend", _ctypes.c_char_p),
+    _fields_ = [("size", _ctypes.c_size_t),
+                ("arch", _ctypes.c_char_p), ("backend", _ctypes.c_char_p),
                 ("batch", _ctypes.c_int), ("split", _ctypes.c_char_p),
                 ("overrides", _ctypes.POINTER(_ctypes.c_char_p)),
                 ("n_overrides", _ctypes.c_int), ("keep_features", _ctypes.c_int),
@@ -438,8 +439,9 @@ def evaluate(path, split=None, batch=100, arch=None, backend=None,
           for k, v in overrides.items()]
     arr = (_ctypes.c_char_p * max(len(kv), 1))(*kv)
     keep = bool(features or gallery)
-    o = _EvalOpts(_enc(arch), _enc(backend), batch, _enc(split), arr,
-                  len(kv), 1 if keep else 0, 0, _enc(precision), None, None)
+    o = _EvalOpts(_ctypes.sizeof(_EvalOpts), _enc(arch), _enc(backend), batch,
+                  _enc(split), arr, len(kv), 1 if keep else 0, 0,
+                  _enc(precision), None, None)
     h = _ctypes.c_void_p()
     _check(_eval_run(_ctypes.byref(h), _enc(path), _ctypes.byref(o)))
     try:

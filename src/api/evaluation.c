@@ -170,10 +170,21 @@ cl_status cl_evaluation_run(cl_evaluation **out, const char *path,
     *out = NULL;
     if (!path)
         return cl_error(CL_ERR_ARG, "cl_evaluation_run: path is NULL");
+    /* The first opts->size bytes, the rest zero (as cl_classifier_open
+     * reads its options): a caller built against an older header passes a
+     * smaller struct. */
     cl_eval_opts o;
     memset(&o, 0, sizeof o);
-    if (opts)
-        o = *opts;
+    if (opts) {
+        if (opts->size < sizeof opts->size || opts->size > sizeof o)
+            return cl_error(CL_ERR_ARG,
+                            "cl_evaluation_run: opts->size is %zu, expected "
+                            "sizeof(cl_eval_opts) (%zu in this library; a "
+                            "larger size means a program built against a "
+                            "newer classic.h)",
+                            opts->size, sizeof o);
+        memcpy(&o, opts, opts->size);
+    }
     cl_evaluation *e = calloc(1, sizeof *e);
     if (!e)
         return cl_error(CL_ERR_NOMEM, "cl_evaluation_run: out of memory");

@@ -59,7 +59,8 @@ int cl_cmd_embed(int argc, char **argv)
     cl_status s = cl_cli_pairs_collect(argc, argv, own, &p);
     if (s != CL_OK)
         return cl_cli_fail("embed", s);
-    cl_eval_opts o = {.arch = cl_cli_option(argc, argv, "--arch"),
+    cl_eval_opts o = {.size = sizeof o,
+                      .arch = cl_cli_option(argc, argv, "--arch"),
                       .batch = batch,
                       .split = cl_cli_option(argc, argv, "--split"),
                       .overrides = (const char *const *)p.kv,

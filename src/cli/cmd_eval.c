@@ -65,7 +65,8 @@ int cl_cmd_eval(int argc, char **argv)
         return cl_cli_fail("eval", s);
     /* --split names the split as the recipe's val_split would ("test",
      * "train", or an image folder's subdirectory). */
-    cl_eval_opts o = {.arch = cl_cli_option(argc, argv, "--arch"),
+    cl_eval_opts o = {.size = sizeof o,
+                      .arch = cl_cli_option(argc, argv, "--arch"),
                       .backend = cl_cli_option(argc, argv, "--backend"),
                       .batch = batch,
                       .split = cl_cli_option(argc, argv, "--split"),
