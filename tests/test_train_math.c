@@ -9,9 +9,11 @@
 
 #include "core/mem.h"
 #include "harness.h"
+#include "io/safetensors.h"
 #include "train/lr.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/train_state.h"
 
 /* ---- fixtures --------------------------------------------------------- */
 
@@ -988,4 +990,70 @@ CL_TEST(ema_bias_corrected)
     cl_ema_init(&e, 0.0);
     cl_ema_add(&e, 3.0);
     CHECK_NEAR(cl_ema_add(&e, 7.0), 7.0, 1e-12);
+}
+
+/* ---- the training state's metadata ------------------------------------ */
+
+/* A state file holding only metadata, n {key, value} pairs. */
+static void write_state_meta(const char *path, const char *const (*kv)[2],
+                             int n)
+{
+    cl_st_writer *w = NULL;
+    REQUIRE_OK(cl_st_writer_new(&w));
+    for (int i = 0; i < n; i++)
+        REQUIRE_OK(cl_st_writer_meta(w, kv[i][0], kv[i][1]));
+    REQUIRE_OK(cl_st_writer_save(w, path));
+    cl_st_writer_free(w);
+}
+
+#define N_KV(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+CL_TEST(state_info_reads_the_global_batch_in_both_forms)
+{
+    const char *path = cl_test_path("s.state.safetensors");
+    cl_train_state_info in;
+    /* As the trainer writes it now: the total and its parts. */
+    const char *const now[][2] = {
+        {CL_STATE_EPOCH, "1"},        {CL_STATE_NEXT_BATCH, "12"},
+        {CL_STATE_STEP, "28"},        {CL_STATE_GLOBAL_BATCH, "64"},
+        {CL_STATE_BATCH_SIZE, "8"},   {CL_STATE_PROCESSES, "4"},
+        {CL_STATE_ACCUMULATION, "2"}, {CL_STATE_STEPS_PER_EPOCH, "16"},
+        {CL_STATE_EMA_AVERAGED, ""},  {CL_STATE_EMA_UPDATES, ""}};
+    write_state_meta(path, now, N_KV(now));
+    REQUIRE_OK(cl_train_state_read_info(path, &in));
+    CHECK(in.epoch == 1 && in.next_batch == 12 && in.step == 28);
+    CHECK(in.global_batch == 64 && in.batch_size == 8 && in.processes == 4 &&
+          in.accumulation_steps == 2);
+    CHECK(in.steps_per_epoch == 16);
+    CHECK(in.ema_averaged == 0 && in.ema_updates == 0);
+    /* Files written before the parts had keys: all four packed. */
+    const char *const packed[][2] = {{CL_STATE_STEP, "5"},
+                                     {CL_STATE_GLOBAL_BATCH, "64 8 4 2"},
+                                     {CL_STATE_EMA_UPDATES, "7"}};
+    write_state_meta(path, packed, N_KV(packed));
+    REQUIRE_OK(cl_train_state_read_info(path, &in));
+    CHECK(in.step == 5 && in.epoch == 0);
+    CHECK(in.global_batch == 64 && in.batch_size == 8 && in.processes == 4 &&
+          in.accumulation_steps == 2);
+    CHECK(in.ema_updates == 7);
+    /* Older still: no global batch at all. */
+    const char *const none[][2] = {{CL_STATE_STEP, "3"}};
+    write_state_meta(path, none, N_KV(none));
+    REQUIRE_OK(cl_train_state_read_info(path, &in));
+    CHECK(in.global_batch == 0 && in.processes == 0 && in.step == 3);
+    /* Refused, naming the key or the batch. */
+    const char *const bad_num[][2] = {{CL_STATE_STEP, "12x"}};
+    write_state_meta(path, bad_num, N_KV(bad_num));
+    CHECK_ERR(cl_train_state_read_info(path, &in), CL_ERR_FORMAT, "'step'");
+    const char *const bad_prod[][2] = {{CL_STATE_GLOBAL_BATCH, "64 8 4 3"}};
+    write_state_meta(path, bad_prod, N_KV(bad_prod));
+    CHECK_ERR(cl_train_state_read_info(path, &in), CL_ERR_FORMAT,
+              "global batch");
+    const char *const bad_parts[][2] = {{CL_STATE_GLOBAL_BATCH, "64"},
+                                        {CL_STATE_BATCH_SIZE, "8"}};
+    write_state_meta(path, bad_parts, N_KV(bad_parts));
+    CHECK_ERR(cl_train_state_read_info(path, &in), CL_ERR_FORMAT,
+              "global batch");
+    const char *missing = cl_test_path("missing.safetensors");
+    CHECK(cl_train_state_read_info(missing, &in) != CL_OK);
 }

@@ -113,19 +113,15 @@ static cl_status check_schedule(const char *ckpt, const cl_config *base,
 {
     if (base->epoch_size == c->epoch_size)
         return CL_OK;
-    char sp[CL_CFG_PATH_MAX + 32], buf[64];
-    long long step = -1, spe = 0;
-    int gb = 0;
+    char sp[CL_CFG_PATH_MAX + 32];
+    cl_train_state_info in;
     cl_train_state_path(ckpt, sp, sizeof sp);
-    if (access(sp, R_OK) == 0 &&
-        cl_ckpt_read_meta(sp, "step", buf, sizeof buf) == CL_OK && buf[0])
-        step = atoll(buf);
-    if (step >= 0 &&
-        cl_ckpt_read_meta(sp, "steps_per_epoch", buf, sizeof buf) == CL_OK)
-        spe = atoll(buf);
-    if (spe > 0 &&
-        cl_ckpt_read_meta(sp, "global_batch", buf, sizeof buf) == CL_OK)
-        gb = atoi(buf);
+    if (access(sp, R_OK) != 0 || cl_train_state_read_info(sp, &in) != CL_OK) {
+        cl_clear_error();
+        memset(&in, 0, sizeof in);
+    }
+    const int64_t step = in.step, spe = in.steps_per_epoch;
+    const int gb = spe > 0 ? in.global_batch : 0;
     cl_config old = *c;
     old.epoch_size = base->epoch_size;
     cl_lr_config now, was;

@@ -1,6 +1,9 @@
 /* The training-state file: optimizer state arenas as "<param>.<state>",
  * per-segment step counters and the caller's metadata, in safetensors. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -59,11 +62,11 @@ cl_status cl_train_state_save(const char *path, const cl_graph *g,
     if (s != CL_OK)
         goto fail;
     snprintf(buf, sizeof buf, "%lld", (long long)n_steps);
-    if ((s = cl_st_writer_meta(w, "optimizer_steps", buf)) != CL_OK)
+    if ((s = cl_st_writer_meta(w, CL_STATE_OPTIMIZER_STEPS, buf)) != CL_OK)
         goto fail;
     snprintf(buf, sizeof buf, "%s",
              opt->cfg.kind == CL_OPT_ADAMW ? "adamw" : "sgd");
-    if ((s = cl_st_writer_meta(w, "optimizer", buf)) != CL_OK)
+    if ((s = cl_st_writer_meta(w, CL_STATE_OPTIMIZER, buf)) != CL_OK)
         goto fail;
     for (int i = 0; i < n_meta; i++)
         if ((s = cl_st_writer_meta(w, meta[i].key, meta[i].value)) != CL_OK)
@@ -84,7 +87,7 @@ cl_status cl_train_state_load(const char *path, const cl_graph *g,
     cl_status s = cl_st_open(&f, path);
     if (s != CL_OK)
         return s;
-    const char *kind = cl_st_metadata(f, "optimizer");
+    const char *kind = cl_st_metadata(f, CL_STATE_OPTIMIZER);
     const char *want = opt->cfg.kind == CL_OPT_ADAMW ? "adamw" : "sgd";
     if (!kind || strcmp(kind, want) != 0) {
         s = cl_error(CL_ERR_FORMAT,
@@ -145,11 +148,100 @@ cl_status cl_train_state_load(const char *path, const cl_graph *g,
             }
         }
     }
-    const char *ns = cl_st_metadata(f, "optimizer_steps");
+    const char *ns = cl_st_metadata(f, CL_STATE_OPTIMIZER_STEPS);
     s = cl_optim_set_steps(opt, steps, opt->n_segments,
                            ns ? strtoll(ns, NULL, 10) : 0);
 fail:
     cl_free(steps);
+    cl_st_close(f);
+    return s;
+}
+
+/* Metadata key of f as an integer into *v; absent or "" leaves *v. */
+static cl_status meta_int(const cl_st_file *f, const char *path,
+                          const char *key, int64_t *v)
+{
+    const char *t = cl_st_metadata(f, key);
+    if (!t || !t[0])
+        return CL_OK;
+    char *end;
+    errno = 0;
+    long long x = strtoll(t, &end, 10);
+    if (errno || *end)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: '%s' in its training state is '%s', not a "
+                        "whole number",
+                        path, key, t);
+    *v = x;
+    return CL_OK;
+}
+
+/* global_batch with its parts: "256" beside its own keys, or the packed
+ * "256 32 4 2" of older files. */
+static cl_status read_global_batch(const cl_st_file *f, const char *path,
+                                   cl_train_state_info *info)
+{
+    const char *gb = cl_st_metadata(f, CL_STATE_GLOBAL_BATCH);
+    int g = 0, b = 0, n = 0, a = 0;
+    char extra;
+    if (gb && strchr(gb, ' ')) {
+        if (sscanf(gb, "%d %d %d %d %c", &g, &b, &n, &a, &extra) != 4)
+            g = -1;
+    } else {
+        int64_t v[4] = {0, 0, 0, 0};
+        CL_TRY(meta_int(f, path, CL_STATE_GLOBAL_BATCH, &v[0]));
+        CL_TRY(meta_int(f, path, CL_STATE_BATCH_SIZE, &v[1]));
+        CL_TRY(meta_int(f, path, CL_STATE_PROCESSES, &v[2]));
+        CL_TRY(meta_int(f, path, CL_STATE_ACCUMULATION, &v[3]));
+        for (int i = 0; i < 4; i++)
+            if (v[i] < 0 || v[i] > INT32_MAX)
+                v[0] = -1;
+        g = (int)v[0], b = (int)v[1], n = (int)v[2], a = (int)v[3];
+    }
+    if (g == 0) /* files from before the global batch was recorded */
+        return CL_OK;
+    if (g < 0 || b <= 0 || n <= 0 || a <= 0 || (int64_t)b * n * a != g)
+        return cl_error(CL_ERR_FORMAT,
+                        "%s: the global batch in its training state ('%s', "
+                        "batch_size '%s', processes '%s', accumulation_steps "
+                        "'%s') is not batch_size x processes x "
+                        "accumulation_steps",
+                        path, gb ? gb : "",
+                        cl_st_metadata(f, CL_STATE_BATCH_SIZE)
+                            ? cl_st_metadata(f, CL_STATE_BATCH_SIZE)
+                            : "",
+                        cl_st_metadata(f, CL_STATE_PROCESSES)
+                            ? cl_st_metadata(f, CL_STATE_PROCESSES)
+                            : "",
+                        cl_st_metadata(f, CL_STATE_ACCUMULATION)
+                            ? cl_st_metadata(f, CL_STATE_ACCUMULATION)
+                            : "");
+    info->global_batch = g;
+    info->batch_size = b;
+    info->processes = n;
+    info->accumulation_steps = a;
+    return CL_OK;
+}
+
+cl_status cl_train_state_read_info(const char *path, cl_train_state_info *info)
+{
+    memset(info, 0, sizeof *info);
+    cl_st_file *f = NULL;
+    CL_TRY(cl_st_open(&f, path));
+    cl_status s;
+    if ((s = meta_int(f, path, CL_STATE_EPOCH, &info->epoch)) != CL_OK ||
+        (s = meta_int(f, path, CL_STATE_NEXT_BATCH, &info->next_batch)) !=
+            CL_OK ||
+        (s = meta_int(f, path, CL_STATE_STEP, &info->step)) != CL_OK ||
+        (s = meta_int(f, path, CL_STATE_STEPS_PER_EPOCH,
+                      &info->steps_per_epoch)) != CL_OK ||
+        (s = meta_int(f, path, CL_STATE_EMA_AVERAGED, &info->ema_averaged)) !=
+            CL_OK ||
+        (s = meta_int(f, path, CL_STATE_EMA_UPDATES, &info->ema_updates)) !=
+            CL_OK)
+        goto done;
+    s = read_global_batch(f, path, info);
+done:
     cl_st_close(f);
     return s;
 }

@@ -1,16 +1,18 @@
 /* The training loop, top to bottom: set up data, model, backend, optimizer
  * and schedule from the config; then for every step load a batch, run
  * forward and backward, average gradients over ranks, step the optimizer;
- * around it the monitors, metrics log, checkpoints and evaluation. */
-#include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
+ * around it the monitors, the metrics log and evaluation.  What the run
+ * writes and reads back (checkpoints, resume) and the broadcasts that start
+ * every rank alike are train/checkpointing.c's; its folder (config.yaml,
+ * metrics.jsonl) train/run_dir.c's; what they share, train/run.h.
+ *
+ * Reading order: cl_train_run at the bottom calls set_up, then train_loop;
+ * each calls the named steps above it. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -19,58 +21,22 @@
 #include "core/timer.h"
 #include "data/data.h"
 #include "graph/graph.h"
+#include "interop/interop.h"
 #include "io/checkpoint.h"
-#include "io/safetensors.h"
 #include "io/strbuf.h"
 #include "models/arch.h"
+#include "train/checkpointing.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/model_ema.h"
 #include "train/recipe.h"
-#include "train/train_state.h"
+#include "train/run.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 #include "train/val_record.h"
-#include "interop/interop.h"
 
-/* Everything one run owns; released by run_free in reverse order. */
-typedef struct run {
-    const cl_config *cfg;
-    cl_dist *d;
-    const cl_logger *lg;
-    int root;
-    cl_dataset *train_ds, *val_ds;
-    cl_transforms *train_tf, *val_tf;
-    cl_loader *train_ld, *val_ld;
-    cl_graph g;
-    int graph_ready;
-    cl_arch model;
-    char arch_name[32]; /* "resnet50": checkpoint file names */
-    cl_backend *be;
-    cl_dist_grad_sync *sync;
-    cl_optim opt;
-    cl_optim_segment *segs;
-    int n_segs;
-    cl_lr_config lr;
-    cl_metrics val;
-    cl_model_ema ema; /* the weights' moving average (cfg->ema) */
-    int has_ema;
-    cl_metrics val_ema;   /* its evaluation */
-    cl_val_misses misses; /* the last validation pass's, for the report */
-    float *acc;           /* gradient accumulation arena, or NULL */
-    FILE *jsonl;
-    cl_strbuf line;
-    char *config_yaml;
-    char **ckpts; /* rotation ring of written step checkpoints */
-    int n_ckpts;
-    int in_c, side;
-    int64_t steps_per_epoch;
-    char *conv_paths; /* the resumed run's choice (autotune), or NULL */
-    const cl_train_hooks *hooks;     /* the caller's, or NULL */
-    int hook_stop;                   /* a hook asked to stop after this step */
-    char val_split[CL_CFG_NAME_MAX]; /* the split folder read (imagefolder) */
-} run;
-
-static void run_free(run *r)
+/* Releases what the run owns, in reverse order of set-up. */
+static void run_free(cl_run *r)
 {
     if (r->jsonl)
         fclose(r->jsonl);
@@ -99,31 +65,11 @@ static void run_free(run *r)
     cl_dataset_close(r->val_ds);
 }
 
-static cl_status make_dirs(const char *path)
-{
-    char buf[1024];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return cl_error(CL_ERR_ARG, "path too long: %s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return cl_error(CL_ERR_IO, "%s: cannot create folder: %s", buf,
-                            strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return cl_error(CL_ERR_IO, "%s: cannot create folder: %s", buf,
-                        strerror(errno));
-    return CL_OK;
-}
-
 /* ---- set-up ---------------------------------------------------------- */
 
 /* What each image goes through, so that an augmentation the recipe
  * turned on, or one it did not, is seen before the first step. */
-static void log_transforms(const run *r, const char *split, int h, int w,
+static void log_transforms(const cl_run *r, const char *split, int h, int w,
                            const cl_transforms *tf)
 {
     char d[512], size[32] = "images of any size";
@@ -136,7 +82,7 @@ static void log_transforms(const run *r, const char *split, int h, int w,
 /* The split folder the recipe resolved dir to; when it is not the one the
  * key names (a root of train/ and val/ read as `classic data info` reads
  * it), the log says which was taken. */
-static void note_split(run *r, const char *key, const char *split,
+static void note_split(cl_run *r, const char *key, const char *split,
                        const char *dir, char *name, size_t n)
 {
     const char *base = strrchr(dir, '/');
@@ -157,7 +103,7 @@ static void note_split(run *r, const char *key, const char *split,
 /* A head of one class learns nothing: softmax over one logit is 1 for
  * every image, so the loss is 0 from the first step.  Refused before any
  * compute is spent, naming where the one class came from. */
-static cl_status check_classes(const run *r, const char *dir, int k)
+static cl_status check_classes(const cl_run *r, const char *dir, int k)
 {
     const cl_config *c = r->cfg;
     if (k >= 2)
@@ -176,7 +122,7 @@ static cl_status check_classes(const run *r, const char *dir, int k)
                     k == 1 ? "')" : "");
 }
 
-static cl_status open_data(run *r)
+static cl_status open_data(cl_run *r)
 {
     const cl_config *c = r->cfg;
     char dir[2][CL_CFG_PATH_MAX + CL_CFG_NAME_MAX + 2];
@@ -207,7 +153,7 @@ static cl_status open_data(run *r)
     lo.batch_size = c->batch_size;
     lo.shuffle = c->shuffle;
     lo.seed = (uint64_t)c->seed;
-    lo.num_shards = r->d ? r->d->size : 1;
+    lo.num_shards = cl_run_ranks(r);
     lo.shard_id = r->d ? r->d->rank : 0;
     /* The graph is static in the batch size: training always drops the
      * last partial batch (a different one each epoch when shuffling). */
@@ -287,7 +233,7 @@ static cl_status other_network(const cl_weights *w, const char *model,
 }
 
 /* The weights of c->pretrained copied into r->g (k: the head's classes). */
-static cl_status load_pretrained(run *r, int k)
+static cl_status load_pretrained(cl_run *r, int k)
 {
     const cl_config *c = r->cfg;
     size_t n = strlen(c->pretrained);
@@ -329,7 +275,7 @@ static cl_status load_pretrained(run *r, int k)
     return CL_OK;
 }
 
-static cl_status build_model(run *r)
+static cl_status build_model(cl_run *r)
 {
     const cl_config *c = r->cfg;
     int k = c->num_classes > 0 ? c->num_classes
@@ -372,7 +318,7 @@ static cl_status build_model(run *r)
     return s;
 }
 
-static cl_status make_optimizer(run *r)
+static cl_status make_optimizer(cl_run *r)
 {
     const cl_config *c = r->cfg;
     cl_graph *g = &r->g;
@@ -423,104 +369,7 @@ static cl_status make_optimizer(run *r)
     return CL_OK;
 }
 
-/* ---- checkpoints ----------------------------------------------------- */
-
-static cl_status class_names_json(const cl_dataset *ds, int k, cl_strbuf *b)
-{
-    CL_TRY(cl_strbuf_addc(b, '['));
-    for (int i = 0; i < k; i++) {
-        const char *n =
-            i < cl_dataset_num_classes(ds) ? cl_dataset_class_name(ds, i) : "";
-        if (i)
-            CL_TRY(cl_strbuf_addc(b, ','));
-        CL_TRY(cl_strbuf_add_json_str(b, n, strlen(n)));
-    }
-    return cl_strbuf_addc(b, ']');
-}
-
-static cl_status save_model(run *r, const char *path, int64_t epoch,
-                            int64_t step)
-{
-    char depth[32], inc[16], ncls[16], side[16], ep[32], st[32];
-    char mean[96] = "", stdv[96] = "";
-    cl_strbuf names;
-    cl_strbuf_init(&names);
-    cl_status s = class_names_json(r->train_ds, r->g.num_classes, &names);
-    if (s != CL_OK)
-        goto fail;
-    cl_arch_name(&r->model, depth, sizeof depth);
-    snprintf(inc, sizeof inc, "%d", r->in_c);
-    snprintf(ncls, sizeof ncls, "%d", r->g.num_classes);
-    snprintf(side, sizeof side, "%d", r->side);
-    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
-    snprintf(st, sizeof st, "%lld", (long long)step);
-    const cl_transform_opts *to = cl_transforms_opts(r->train_tf);
-    if (to->normalize) {
-        snprintf(mean, sizeof mean, "%.6g,%.6g,%.6g", to->mean[0], to->mean[1],
-                 to->mean[2]);
-        snprintf(stdv, sizeof stdv, "%.6g,%.6g,%.6g", to->std[0], to->std[1],
-                 to->std[2]);
-    }
-    cl_ckpt_kv meta[] = {
-        {CL_META_ARCH, depth},
-        {CL_META_STEM, cl_arch_stem(&r->model) ? cl_arch_stem(&r->model) : ""},
-        {CL_META_IN_CHANNELS, inc},
-        {CL_META_NUM_CLASSES, ncls},
-        {CL_META_IMAGE_SIZE, side},
-        {CL_META_CLASS_NAMES, cl_strbuf_str(&names)},
-        {CL_META_MEAN, mean},
-        {CL_META_STD, stdv},
-        {CL_META_EPOCH, ep},
-        {CL_META_STEP, st},
-        {CL_META_DATASET, cl_dataset_format(r->train_ds)},
-        {CL_META_VERSION, cl_version()},
-        {CL_META_CONFIG, r->config_yaml},
-    };
-    s = cl_ckpt_save_model_ema(path, &r->g, r->has_ema ? r->ema.params : NULL,
-                               r->has_ema ? r->ema.buffers : NULL, meta,
-                               (int)(sizeof meta / sizeof meta[0]));
-fail:
-    cl_strbuf_free(&names);
-    return s;
-}
-
-static int accum_of(const cl_config *c)
-{
-    return c->accumulation_steps > 0 ? c->accumulation_steps : 1;
-}
-
-/* Samples per optimizer step over all ranks. */
-static int global_batch(const run *r)
-{
-    return r->cfg->batch_size * (r->d ? r->d->size : 1) * accum_of(r->cfg);
-}
-
-/* Rank 0's choice of conv backward paths to every rank (chars as floats:
- * the one broadcast the dist layer has), so that all ranks compute alike
- * and a resume reproduces every rank's part. */
-static cl_status share_conv_paths(run *r, char **paths)
-{
-    const size_t n = (size_t)r->g.n_nodes;
-    float *f = cl_alloc(sizeof(float) * (n + 1), "conv paths");
-    if (!f)
-        return CL_ERR_NOMEM;
-    const char *mine = cl_backend_conv_paths(r->be);
-    for (size_t i = 0; i < n; i++)
-        f[i] = mine ? (float)mine[i] : 0.0f;
-    cl_status s = cl_dist_broadcast_f32(r->d, f, n, 0);
-    if (s == CL_OK && f[0] != 0.0f) {
-        if (!(*paths = cl_alloc_zero(n + 1, "conv paths")))
-            s = CL_ERR_NOMEM;
-        for (size_t i = 0; s == CL_OK && i < n; i++)
-            (*paths)[i] = (char)f[i];
-    }
-    cl_free(f);
-    return s;
-}
-
-/* The training plan: conv paths from the resumed state, else measured
- * (autotune) on rank 0 and shared, else the backend's own thresholds. */
-static cl_status plan_training(run *r)
+static cl_status plan_training(cl_run *r)
 {
     const cl_config *cfg = r->cfg;
     cl_backend_opts bo = {.threads = cfg->threads,
@@ -540,7 +389,7 @@ static cl_status plan_training(run *r)
             return s != CL_OK ? s
                               : cl_error(CL_ERR_DIST, "rank 0 could not "
                                                       "plan the model");
-        CL_TRY(share_conv_paths(r, &shared));
+        CL_TRY(cl_run_share_conv_paths(r, &shared));
         if (!r->root) {
             bo.conv_paths = shared;
             s = cl_backend_create(&r->be, backend, &r->g, CL_PLAN_TRAIN, &bo);
@@ -567,268 +416,6 @@ static cl_status plan_training(run *r)
                "reference kernels on plain copies (slower)",
                r->be->vt->name, names);
     }
-    return CL_OK;
-}
-
-/* Writes model + training state for resume at (epoch, next batch). */
-static cl_status save_checkpoint(run *r, const char *path, int64_t epoch,
-                                 int64_t next_batch, int64_t step)
-{
-    char sp[1024], ep[32], nb[32], st[32], seed[32], gb[64], spe[32];
-    char ema_n[32] = "", ema_u[32] = "";
-    CL_TRY(save_model(r, path, epoch, step));
-    if (r->has_ema) {
-        snprintf(ema_n, sizeof ema_n, "%lld", (long long)r->ema.n_averaged);
-        snprintf(ema_u, sizeof ema_u, "%lld", (long long)r->ema.n_updates);
-    }
-    cl_train_state_path(path, sp, sizeof sp);
-    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
-    snprintf(nb, sizeof nb, "%lld", (long long)next_batch);
-    snprintf(st, sizeof st, "%lld", (long long)step);
-    snprintf(seed, sizeof seed, "%d", r->cfg->seed);
-    /* The global batch as "total batch_size ranks accumulation_steps":
-     * positions and the schedule count its steps. */
-    snprintf(gb, sizeof gb, "%d %d %d %d", global_batch(r), r->cfg->batch_size,
-             r->d ? r->d->size : 1, accum_of(r->cfg));
-    snprintf(spe, sizeof spe, "%lld", (long long)r->steps_per_epoch);
-    const char *paths = cl_backend_conv_paths(r->be);
-    cl_ckpt_kv meta[] = {{"epoch", ep},
-                         {"next_batch", nb},
-                         {"step", st},
-                         {"seed", seed},
-                         {"model_file", path},
-                         {"conv_paths", paths ? paths : ""},
-                         {"global_batch", gb},
-                         {"steps_per_epoch", spe},
-                         {"ema_averaged", ema_n},
-                         {"ema_updates", ema_u}};
-    return cl_train_state_save(sp, &r->g, &r->opt, meta,
-                               (int)(sizeof meta / sizeof meta[0]));
-}
-
-static void remove_checkpoint(const char *path)
-{
-    char sp[1024];
-    cl_train_state_path(path, sp, sizeof sp);
-    unlink(path);
-    unlink(sp);
-}
-
-/* Keeps at most keep_checkpoint_max step checkpoints (0: all). */
-static cl_status rotate(run *r, const char *path)
-{
-    char **ring = realloc(r->ckpts, (size_t)(r->n_ckpts + 1) * sizeof *ring);
-    if (!ring)
-        return cl_error(CL_ERR_NOMEM, "checkpoint list");
-    r->ckpts = ring;
-    r->ckpts[r->n_ckpts] = strdup(path);
-    if (!r->ckpts[r->n_ckpts])
-        return cl_error(CL_ERR_NOMEM, "checkpoint list");
-    r->n_ckpts++;
-    int keep = r->cfg->keep_checkpoint_max;
-    while (keep > 0 && r->n_ckpts > keep) {
-        remove_checkpoint(r->ckpts[0]);
-        free(r->ckpts[0]);
-        memmove(r->ckpts, r->ckpts + 1,
-                (size_t)(r->n_ckpts - 1) * sizeof *r->ckpts);
-        r->n_ckpts--;
-    }
-    return CL_OK;
-}
-
-/* The resumed position in this run's loader batches.  The step count, the
- * schedule and the position in the epoch are in steps of the global batch,
- * so that is what must stay; how it is split over ranks, batch_size and
- * accumulation_steps may change (a step takes the same samples of the
- * epoch's order either way: the loader deals sample k to rank k % ranks).
- * gb is the state's "global batch_size ranks accumulation", "" in files
- * written before it was recorded. */
-static cl_status resume_position(run *r, const char *path, const char *gb,
-                                 int64_t *batch)
-{
-    int g0 = 0, b0 = 0, n0 = 0, a0 = 0;
-    if (!gb[0])
-        return CL_OK;
-    if (sscanf(gb, "%d %d %d %d", &g0, &b0, &n0, &a0) != 4 || g0 <= 0 ||
-        a0 <= 0)
-        return cl_error(CL_ERR_FORMAT,
-                        "resume: %s: global_batch '%s' in its training "
-                        "state is not 'total batch_size processes "
-                        "accumulation_steps'",
-                        path, gb);
-    const int g = global_batch(r), n = r->d ? r->d->size : 1;
-    const int b = r->cfg->batch_size, a = accum_of(r->cfg);
-    if (g0 != g) {
-        char advice[256];
-        if (g0 % n != 0)
-            snprintf(advice, sizeof advice,
-                     "it cannot be split over %d process(es): run on a "
-                     "number of processes that divides %d",
-                     n, g0);
-        else if ((g0 / n) % b == 0)
-            snprintf(advice, sizeof advice,
-                     "to keep it with batch_size %d, pass "
-                     "--accumulation_steps %d",
-                     b, g0 / n / b);
-        else
-            snprintf(advice, sizeof advice,
-                     "pass --batch_size %d --accumulation_steps 1", g0 / n);
-        return cl_error(CL_ERR_CONFIG,
-                        "resume: %s was trained with a global batch of %d "
-                        "(batch_size %d x %d process(es) x %d "
-                        "accumulation_steps) and this run's is %d (%d x %d "
-                        "x %d); steps, the schedule and the position in the "
-                        "epoch count global batches, so it must stay %d: "
-                        "%s; or start a new run from these weights with "
-                        "--pretrained",
-                        path, g0, b0, n0, a0, g, b, n, a, g0, advice);
-    }
-    if (a0 != a || b0 != b || n0 != n)
-        cl_log(r->lg, CL_LOG_INFO,
-               "resume: the global batch of %d was %d x %d process(es) x %d "
-               "accumulation and is %d x %d x %d now; the position is "
-               "carried over in steps",
-               g, b0, n0, a0, b, n, a);
-    *batch = *batch / a0 * a;
-    return CL_OK;
-}
-
-/* The average of the resumed checkpoint into r->ema (read through the
- * graph, whose weights resume then reads); n_updates -1 marks it as read,
- * for resume to take the counters from the state file.  A checkpoint
- * without one starts the average from its weights. */
-static cl_status resume_ema(run *r, const char *path)
-{
-    cl_st_file *f = NULL;
-    CL_TRY(cl_error_wrap(cl_st_open(&f, path), "resume: "));
-    cl_ckpt_source src = cl_ckpt_source_st(f, path);
-    src.pick = CL_CKPT_PICK_EMA_ONLY;
-    int has = cl_ckpt_source_has_ema(&src);
-    cl_status s = CL_OK;
-    if (has && r->has_ema)
-        s = cl_error_wrap(
-            cl_ckpt_load_source(&src, &r->g, CL_CKPT_STRICT, NULL), "resume: ");
-    cl_st_close(f);
-    CL_TRY(s);
-    if (has && r->has_ema) {
-        cl_model_ema_set(&r->ema, &r->g);
-        r->ema.n_updates = -1;
-    } else if (has) {
-        cl_log(r->lg, CL_LOG_INFO,
-               "resume: %s holds an EMA of its weights; ema is off, so it "
-               "is not kept",
-               path);
-    } else if (r->has_ema) {
-        cl_log(r->lg, CL_LOG_INFO,
-               "resume: %s holds no EMA; the average starts from its "
-               "weights",
-               path);
-    }
-    return CL_OK;
-}
-
-static cl_status resume(run *r, int64_t *epoch, int64_t *batch, int64_t *step)
-{
-    const char *path = r->cfg->resume;
-    char sp[1024], buf[64];
-    CL_TRY(resume_ema(r, path));
-    CL_TRY(cl_error_wrap(cl_ckpt_load_model_pick(path, &r->g, CL_CKPT_STRICT,
-                                                 CL_CKPT_PICK_RAW, NULL),
-                         "resume: "));
-    if (r->has_ema && r->ema.n_updates >= 0)
-        cl_model_ema_set(&r->ema, &r->g); /* the file had no average */
-    cl_train_state_path(path, sp, sizeof sp);
-    if (access(sp, R_OK) != 0)
-        return cl_error(CL_ERR_IO,
-                        "resume: %s has no training state beside it (%s); "
-                        "to start a new run from these weights use "
-                        "--pretrained",
-                        path, sp);
-    CL_TRY(cl_error_wrap(cl_train_state_load(sp, &r->g, &r->opt), "resume: "));
-    CL_TRY(cl_ckpt_read_meta(sp, "epoch", buf, sizeof buf));
-    *epoch = strtoll(buf, NULL, 10);
-    CL_TRY(cl_ckpt_read_meta(sp, "next_batch", buf, sizeof buf));
-    *batch = strtoll(buf, NULL, 10);
-    CL_TRY(cl_ckpt_read_meta(sp, "step", buf, sizeof buf));
-    *step = strtoll(buf, NULL, 10);
-    /* Model and state are two atomic writes: a crash between them can
-     * leave a state file of another step beside a rewritten model. */
-    char mstep[64];
-    if (cl_ckpt_read_meta(path, CL_META_STEP, mstep, sizeof mstep) == CL_OK &&
-        strtoll(mstep, NULL, 10) != *step)
-        return cl_error(CL_ERR_FORMAT,
-                        "resume: %s is from step %s but its training state "
-                        "%s from step %lld (a write was interrupted); resume "
-                        "from an earlier checkpoint",
-                        path, mstep, sp, (long long)*step);
-    CL_TRY(cl_ckpt_read_meta(sp, "global_batch", buf, sizeof buf));
-    CL_TRY(resume_position(r, path, buf, batch));
-    if (r->has_ema && r->ema.n_updates < 0) {
-        /* The average came from the file: its counters from the state. */
-        CL_TRY(cl_ckpt_read_meta(sp, "ema_averaged", buf, sizeof buf));
-        r->ema.n_averaged = strtoll(buf, NULL, 10);
-        CL_TRY(cl_ckpt_read_meta(sp, "ema_updates", buf, sizeof buf));
-        r->ema.n_updates = strtoll(buf, NULL, 10);
-    }
-    CL_TRY(cl_ckpt_read_meta(sp, "steps_per_epoch", buf, sizeof buf));
-    if (buf[0] && strtoll(buf, NULL, 10) != r->steps_per_epoch)
-        cl_log(r->lg, CL_LOG_WARN,
-               "resume: an epoch had %s steps and has %lld here (each "
-               "process drops its own remainder); the schedule follows "
-               "this run's",
-               buf, (long long)r->steps_per_epoch);
-    if (*batch >= r->steps_per_epoch * accum_of(r->cfg)) {
-        (*epoch)++;
-        *batch = 0;
-    }
-    /* How the first part planned its conv backward passes, so that the
-     * rest computes what an uninterrupted run computes. */
-    /* One char per node, and room for one more: a longer value shows as
-     * too long and the backend refuses it. */
-    size_t cap = (size_t)r->g.n_nodes + 2;
-    if (!(r->conv_paths = cl_alloc_zero(cap, "resume: conv paths")))
-        return CL_ERR_NOMEM;
-    CL_TRY(cl_ckpt_read_meta(sp, "conv_paths", r->conv_paths, cap));
-    if (!r->conv_paths[0]) {
-        cl_free(r->conv_paths);
-        r->conv_paths = NULL;
-    }
-    cl_log(r->lg, CL_LOG_INFO,
-           "resumed from %s: epoch %lld, batch %lld, step %lld", path,
-           (long long)*epoch + 1, (long long)*batch, (long long)*step);
-    return CL_OK;
-}
-
-/* After resume: rank 0's optimizer state (momentum / Adam moments and step
- * counts) on every rank, so the replicas stay bitwise identical. */
-static cl_status broadcast_optim(run *r)
-{
-    cl_optim *o = &r->opt;
-    for (int k = 0; k < o->n_states; k++)
-        CL_TRY(cl_dist_broadcast_f32(r->d, o->state[k], o->n_floats, 0));
-    /* Counters: a sum where only rank 0 contributes is its broadcast. */
-    if (!r->root) {
-        memset(o->seg_steps, 0, (size_t)o->n_segments * sizeof *o->seg_steps);
-        o->n_steps = 0;
-    }
-    CL_TRY(
-        cl_dist_allreduce_sum_i64(r->d, o->seg_steps, (size_t)o->n_segments));
-    return cl_dist_allreduce_sum_i64(r->d, &o->n_steps, 1);
-}
-
-/* After resume: rank 0's average and its counters on every rank (the
- * weights are the same everywhere, so the averages stay alike). */
-static cl_status broadcast_ema(run *r)
-{
-    cl_model_ema *e = &r->ema;
-    CL_TRY(cl_dist_broadcast_f32(r->d, e->params, e->n_params, 0));
-    CL_TRY(cl_dist_broadcast_f32(r->d, e->buffers, e->n_buffers, 0));
-    int64_t n[2] = {e->n_averaged, e->n_updates};
-    if (!r->root)
-        n[0] = n[1] = 0;
-    CL_TRY(cl_dist_allreduce_sum_i64(r->d, n, 2));
-    e->n_averaged = n[0];
-    e->n_updates = n[1];
     return CL_OK;
 }
 
@@ -880,27 +467,28 @@ static void stop_handlers_restore(const stop_handlers *h)
 /* What asked to stop: the signal, -1 for the caller's hook, 0 if
  * nothing; every rank agrees (a signal may reach only some of them), so
  * all stop after the same step. */
-static int stop_requested(run *r)
+static int stop_requested(cl_run *r)
 {
-    int64_t v = stop_signal || r->hook_stop;
+    const int sig = r->watch_signals ? (int)stop_signal : 0;
+    int64_t v = sig || r->hook_stop;
     if (r->d && cl_dist_allreduce_sum_i64(r->d, &v, 1) != CL_OK)
         return 0;
     if (v == 0)
         return 0;
-    return stop_signal ? (int)stop_signal : r->hook_stop ? -1 : SIGTERM;
+    return sig ? sig : r->hook_stop ? -1 : SIGTERM;
 }
 
 /* After step: the step checkpoint (unless the interval just wrote it) and
  * the CL_ERR_INTERRUPTED message saying how to go on. */
-static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
+static cl_status stop_now(cl_run *r, int sig, int64_t epoch, int64_t next_batch,
                           int64_t step, const char *last_good, char *path,
                           size_t n)
 {
     snprintf(path, n, "%s/%s-e%lld-s%lld.safetensors", r->cfg->ckpt_save_dir,
              r->arch_name, (long long)epoch + 1, (long long)step);
     if (r->root && strcmp(path, last_good) != 0) {
-        CL_TRY(save_checkpoint(r, path, epoch, next_batch, step));
-        CL_TRY(rotate(r, path));
+        CL_TRY(cl_run_save_checkpoint(r, path, epoch, next_batch, step));
+        CL_TRY(cl_run_rotate(r, path));
     }
     return cl_error(CL_ERR_INTERRUPTED,
                     "%s %s after step %lld: checkpoint %s written; to "
@@ -913,75 +501,6 @@ static cl_status stop_now(run *r, int sig, int64_t epoch, int64_t next_batch,
 }
 
 /* ---- monitors -------------------------------------------------------- */
-
-static void jsonl_step(run *r, int64_t step, int64_t epoch, double loss,
-                       double avg, double lr, double ips, double ms,
-                       double wait, double comm, double hook)
-{
-    if (!r->jsonl)
-        return;
-    cl_strbuf *b = &r->line;
-    b->len = 0;
-    cl_strbuf_addf(b, "{\"kind\":\"train\",\"step\":%lld,\"epoch\":%lld,",
-                   (long long)step, (long long)epoch);
-    cl_strbuf_adds(b, "\"loss\":");
-    cl_strbuf_add_json_num(b, loss);
-    cl_strbuf_adds(b, ",\"loss_avg\":");
-    cl_strbuf_add_json_num(b, avg);
-    cl_strbuf_adds(b, ",\"lr\":");
-    cl_strbuf_add_json_num(b, lr);
-    cl_strbuf_adds(b, ",\"img_s\":");
-    cl_strbuf_add_json_num(b, ips);
-    cl_strbuf_adds(b, ",\"step_ms\":");
-    cl_strbuf_add_json_num(b, ms);
-    cl_strbuf_adds(b, ",\"data_wait\":");
-    cl_strbuf_add_json_num(b, wait);
-    if (r->sync) {
-        cl_strbuf_adds(b, ",\"comm_wait\":");
-        cl_strbuf_add_json_num(b, comm);
-        cl_strbuf_adds(b, ",\"comm_hook\":");
-        cl_strbuf_add_json_num(b, hook);
-    }
-    cl_strbuf_adds(b, "}\n");
-    fputs(cl_strbuf_str(b), r->jsonl);
-    fflush(r->jsonl);
-}
-
-static void jsonl_eval(run *r, int64_t step, int64_t epoch, double epoch_s)
-{
-    if (!r->jsonl)
-        return;
-    cl_strbuf *b = &r->line;
-    b->len = 0;
-    cl_strbuf_addf(b, "{\"kind\":\"eval\",\"step\":%lld,\"epoch\":%lld,",
-                   (long long)step, (long long)epoch);
-    cl_strbuf_adds(b, "\"val_top1\":");
-    cl_strbuf_add_json_num(b, cl_metrics_top1(&r->val));
-    cl_strbuf_adds(b, ",\"val_top5\":");
-    cl_strbuf_add_json_num(b, cl_metrics_topk(&r->val));
-    cl_strbuf_adds(b, ",\"val_loss\":");
-    cl_strbuf_add_json_num(b, cl_metrics_loss(&r->val));
-    cl_strbuf_addf(b, ",\"val_samples\":%lld,\"epoch_s\":",
-                   (long long)cl_metrics_count(&r->val));
-    cl_strbuf_add_json_num(b, epoch_s);
-    if (r->has_ema) { /* the average's pass, beside the weights' */
-        cl_strbuf_adds(b, ",\"val_ema_top1\":");
-        cl_strbuf_add_json_num(b, cl_metrics_top1(&r->val_ema));
-        cl_strbuf_adds(b, ",\"val_ema_top5\":");
-        cl_strbuf_add_json_num(b, cl_metrics_topk(&r->val_ema));
-        cl_strbuf_adds(b, ",\"val_ema_loss\":");
-        cl_strbuf_add_json_num(b, cl_metrics_loss(&r->val_ema));
-    }
-    if (r->cfg->eval_hflip) /* absent: plain eval, as in older files */
-        cl_strbuf_adds(b, ",\"val_hflip\":true");
-    /* What val_top5 counts (min(5, K)) and the precision the pass ran at,
-     * so that the report labels them (absent in older files: top-5, f32). */
-    cl_strbuf_addf(b, ",\"val_topk\":%d,\"precision\":\"%s\"", r->val.k,
-                   cl_train_eval_precision(r->cfg->amp_level));
-    cl_strbuf_adds(b, "}\n");
-    fputs(cl_strbuf_str(b), r->jsonl);
-    fflush(r->jsonl);
-}
 
 static void fmt_duration(double s, char *buf, size_t n)
 {
@@ -1023,201 +542,11 @@ static void fill_batch(cl_batch *b, int batch, size_t per)
     b->n = batch;
 }
 
-/* ---- the run folder --------------------------------------------------- */
-
-/* Whether name is a checkpoint file the trainer writes: "<arch>-e<E>",
- * "<arch>-e<E>-s<S>", "<arch>-last" or "<arch>-best", then ".safetensors",
- * ".state.safetensors" or ".val.safetensors". */
-static int is_checkpoint_file(const char *name)
-{
-    static const char ext[] = ".safetensors";
-    size_t n = strlen(name), el = sizeof ext - 1;
-    if (n <= el || strcmp(name + n - el, ext) != 0)
-        return 0;
-    n -= el;
-    if (n > 6 && memcmp(name + n - 6, ".state", 6) == 0)
-        n -= 6;
-    else if (n > 4 && memcmp(name + n - 4, ".val", 4) == 0)
-        n -= 4;
-    const char *dash = memchr(name, '-', n);
-    if (!dash || dash == name)
-        return 0;
-    for (const char *p = name; p < dash; p++)
-        if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p) &&
-            *p != '_')
-            return 0;
-    const char *t = dash + 1, *end = name + n;
-    size_t tl = (size_t)(end - t);
-    if ((tl == 4 && memcmp(t, "last", 4) == 0) ||
-        (tl == 4 && memcmp(t, "best", 4) == 0))
-        return 1;
-    if (t == end || *t++ != 'e' || t == end || !isdigit((unsigned char)*t))
-        return 0;
-    while (t < end && isdigit((unsigned char)*t))
-        t++;
-    if (t == end)
-        return 1;
-    if (end - t < 3 || t[0] != '-' || t[1] != 's' ||
-        !isdigit((unsigned char)t[2]))
-        return 0;
-    for (t += 2; t < end && isdigit((unsigned char)*t); t++)
-        ;
-    return t == end;
-}
-
-/* What a folder holds of a run, and with remove set, removes it (all but
- * the file at keep, which this run reads). */
-typedef struct run_files {
-    int config, metrics, ckpts;
-    char last[256]; /* a "-last" model file's name, or "" */
-} run_files;
-
-static void scan_run_files(const char *dir, int remove, const struct stat *keep,
-                           run_files *f)
-{
-    memset(f, 0, sizeof *f);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char path[CL_CFG_PATH_MAX + 300];
-    const struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        int config = strcmp(n, "config.yaml") == 0;
-        int metrics = strcmp(n, "metrics.jsonl") == 0;
-        int ckpt = is_checkpoint_file(n);
-        if (!config && !metrics && !ckpt && strcmp(n, "report.html") != 0)
-            continue;
-        f->config |= config;
-        f->metrics |= metrics;
-        f->ckpts += ckpt;
-        size_t len = strlen(n);
-        if (ckpt && len > 17 && strcmp(n + len - 17, "-last.safetensors") == 0)
-            snprintf(f->last, sizeof f->last, "%s", n);
-        if (!remove)
-            continue;
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, n);
-        if (keep && stat(path, &st) == 0 && st.st_dev == keep->st_dev &&
-            st.st_ino == keep->st_ino)
-            continue;
-        unlink(path);
-    }
-    closedir(d);
-}
-
-/* A new run (no resume) into a folder that holds a run's config.yaml or
- * metrics.jsonl would replace that run's record and mix its checkpoints
- * with the old ones: refused, unless overwrite says to remove the old
- * run's files first.  Checked on rank 0 before anything loads; every rank
- * agrees on the outcome. */
-static cl_status claim_run_dir(run *r)
-{
-    const cl_config *c = r->cfg;
-    const char *dir = c->ckpt_save_dir;
-    cl_status s = CL_OK;
-    run_files f;
-    if (r->root && !c->resume[0]) {
-        scan_run_files(dir, 0, NULL, &f);
-        char what[96];
-        snprintf(what, sizeof what, "%s%s%d checkpoint file(s)",
-                 f.config ? "config.yaml, " : "",
-                 f.metrics ? "metrics.jsonl, " : "", f.ckpts);
-        if ((f.config || f.metrics) && !c->overwrite) {
-            s = cl_error(CL_ERR_CONFIG,
-                         "ckpt_save_dir %s already holds a run (%s), which "
-                         "a new run there would replace: continue it with "
-                         "--resume %s/%s, train into another folder with "
-                         "--ckpt_save_dir, or replace it with --overwrite "
-                         "true",
-                         dir, what, dir, f.last[0] ? f.last : "CHECKPOINT");
-        } else if (f.config || f.metrics) {
-            struct stat keep;
-            int k = c->pretrained[0] && stat(c->pretrained, &keep) == 0;
-            scan_run_files(dir, 1, k ? &keep : NULL, &f);
-            cl_log(r->lg, CL_LOG_INFO,
-                   "overwrite: %s held a run; its files are removed (%s, "
-                   "report.html)%s",
-                   dir, what,
-                   k ? "; the pretrained weights this run reads are kept" : "");
-        }
-    }
-    if (r->d && !cl_dist_all_ok(r->d, s == CL_OK))
-        return s != CL_OK ? s
-                          : cl_error(CL_ERR_CONFIG,
-                                     "rank 0 refused ckpt_save_dir %s", dir);
-    return s;
-}
-
-static cl_status write_run_files(run *r)
-{
-    const cl_config *c = r->cfg;
-    char path[1024];
-    cl_strbuf y;
-    cl_strbuf_init(&y);
-    CL_TRY(cl_config_format_yaml(c, &y));
-    r->config_yaml = strdup(cl_strbuf_str(&y));
-    cl_strbuf_free(&y);
-    if (!r->config_yaml)
-        return cl_error(CL_ERR_NOMEM, "config text");
-    if (!r->root)
-        return CL_OK;
-    CL_TRY(make_dirs(c->ckpt_save_dir));
-    snprintf(path, sizeof path, "%s/config.yaml", c->ckpt_save_dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return cl_error(CL_ERR_IO, "%s: cannot write: %s", path,
-                        strerror(errno));
-    fprintf(f, "# resolved by classic %s; seed %d; %d process(es)\n",
-            cl_version(), c->seed, r->d ? r->d->size : 1);
-    fputs(r->config_yaml, f);
-    if (fclose(f) != 0)
-        return cl_error(CL_ERR_IO, "%s: write failed", path);
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c->ckpt_save_dir);
-    /* Appending keeps the curves of a resumed run in one file. */
-    r->jsonl = fopen(path, c->resume[0] ? "a" : "w");
-    if (!r->jsonl)
-        return cl_error(CL_ERR_IO, "%s: cannot write: %s", path,
-                        strerror(errno));
-    return CL_OK;
-}
-
-/* The last validation pass beside the checkpoint of its weights, so that
- * the report shows it without evaluating again (train/val_record.h). */
-static cl_status save_val_record(run *r, const char *ckpt, int64_t epoch,
-                                 int64_t step)
-{
-    if (!r->root)
-        return CL_OK;
-    int k = r->g.num_classes;
-    const char **names = cl_alloc((size_t)k * sizeof *names, "class names");
-    if (!names)
-        return CL_ERR_NOMEM;
-    for (int i = 0; i < k; i++)
-        names[i] = i < cl_dataset_num_classes(r->train_ds)
-                       ? cl_dataset_class_name(r->train_ds, i)
-                       : "";
-    cl_val_record_info info = {
-        .step = step, .epoch = epoch, .hflip = r->cfg->eval_hflip};
-    snprintf(info.split, sizeof info.split, "%s",
-             r->cfg->dataset == CL_CFG_DATASET_IMAGEFOLDER ? r->val_split
-                                                           : r->cfg->val_split);
-    snprintf(info.dataset, sizeof info.dataset, "%s",
-             cl_dataset_format(r->val_ds));
-    snprintf(info.precision, sizeof info.precision, "%s",
-             cl_train_eval_precision(r->cfg->amp_level));
-    char path[700];
-    cl_val_record_path(ckpt, path, sizeof path);
-    /* The pass of the weights the checkpoint gives by default. */
-    cl_status s = cl_val_record_save(path, r->has_ema ? &r->val_ema : &r->val,
-                                     &r->misses, &info, names);
-    cl_free(names);
-    return s;
-}
+/* ---- evaluation ------------------------------------------------------ */
 
 /* One validation pass into m, through the weights the graph holds now;
  * misses (may be NULL) keeps its most confident mistakes. */
-static cl_status eval_pass(run *r, cl_metrics *m, cl_val_misses *misses)
+static cl_status eval_pass(cl_run *r, cl_metrics *m, cl_val_misses *misses)
 {
     cl_metrics_reset(m);
     if (misses)
@@ -1234,7 +563,7 @@ const char *cl_train_eval_precision(int amp_level)
     return amp_level == 0 ? "f32" : amp_level == 1 ? "bf16 (O1)" : "bf16";
 }
 
-static void log_eval(run *r, int64_t epoch, const char *what,
+static void log_eval(cl_run *r, int64_t epoch, const char *what,
                      const cl_metrics *m)
 {
     char ls[32];
@@ -1251,7 +580,7 @@ static void log_eval(run *r, int64_t epoch, const char *what,
 
 /* The average's pass: its weights swapped into the graph for the pass and
  * back, the backend's copies refreshed each time. */
-static cl_status eval_ema(run *r)
+static cl_status eval_ema(cl_run *r)
 {
     cl_model_ema_swap(&r->ema, &r->g);
     cl_status s = cl_backend_sync_params(r->be);
@@ -1262,8 +591,8 @@ static cl_status eval_ema(run *r)
     return s != CL_OK ? s : back;
 }
 
-static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
-                          cl_train_result *res)
+static cl_status run_eval(cl_run *r, int64_t epoch, int64_t step,
+                          double epoch_s, cl_train_result *res)
 {
     /* The misses are kept of the pass the best checkpoint follows. */
     CL_TRY(eval_pass(r, &r->val, r->has_ema ? NULL : &r->misses));
@@ -1272,7 +601,7 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
         CL_TRY(eval_ema(r));
         log_eval(r, epoch, " (EMA)", &r->val_ema);
     }
-    jsonl_eval(r, step, epoch + 1, epoch_s);
+    cl_run_jsonl_eval(r, step, epoch + 1, epoch_s);
     res->val_top1 = cl_metrics_top1(&r->val);
     res->val_top5 = cl_metrics_topk(&r->val);
     res->val_loss = cl_metrics_loss(&r->val);
@@ -1291,8 +620,8 @@ static cl_status run_eval(run *r, int64_t epoch, int64_t step, double epoch_s,
             snprintf(res->best_ckpt, sizeof res->best_ckpt,
                      "%s/%s-best.safetensors", r->cfg->ckpt_save_dir,
                      r->arch_name);
-            CL_TRY(save_model(r, res->best_ckpt, epoch + 1, step));
-            CL_TRY(save_val_record(r, res->best_ckpt, epoch + 1, step));
+            CL_TRY(cl_run_save_model(r, res->best_ckpt, epoch + 1, step));
+            CL_TRY(cl_run_save_val_record(r, res->best_ckpt, epoch + 1, step));
         }
     }
     return CL_OK;
@@ -1313,7 +642,7 @@ typedef struct loop {
     char last_good[640]; /* the newest checkpoint written */
 } loop;
 
-static void loop_init(loop *lp, run *r, int64_t step)
+static void loop_init(loop *lp, cl_run *r, int64_t step)
 {
     memset(lp, 0, sizeof *lp);
     lp->step = lp->step0 = step;
@@ -1324,14 +653,14 @@ static void loop_init(loop *lp, run *r, int64_t step)
 }
 
 /* The caller's hook, if any; a non-zero answer stops after this step. */
-static void emit(run *r, const cl_train_event *e)
+static void emit(cl_run *r, const cl_train_event *e)
 {
     if (r->hooks && r->hooks->on_event &&
         r->hooks->on_event(r->hooks->ctx, e) != 0)
         r->hook_stop = 1;
 }
 
-static cl_status epoch_begin(run *r, loop *lp, int64_t epoch, int64_t first)
+static cl_status epoch_begin(cl_run *r, loop *lp, int64_t epoch, int64_t first)
 {
     lp->t_epoch = cl_time_now();
     CL_TRY(cl_loader_seek(r->train_ld, epoch, first));
@@ -1341,7 +670,7 @@ static cl_status epoch_begin(run *r, loop *lp, int64_t epoch, int64_t first)
     return CL_OK;
 }
 
-static cl_status next_batch(run *r, cl_batch *b)
+static cl_status next_batch(cl_run *r, cl_batch *b)
 {
     CL_TRY(cl_loader_next(r->train_ld, b));
     if (b->n > 0 && b->n < r->cfg->batch_size)
@@ -1353,11 +682,12 @@ static cl_status next_batch(run *r, cl_batch *b)
 /* Forward and backward of micro-batch bi; at the last micro-batch of a
  * step the gradient average (accumulation, ranks), clipping and the
  * optimizer step (*stepped = 1). */
-static cl_status train_step(run *r, loop *lp, const cl_batch *b, int64_t epoch,
-                            int64_t bi, float *loss, int *stepped)
+static cl_status train_step(cl_run *r, loop *lp, const cl_batch *b,
+                            int64_t epoch, int64_t bi, float *loss,
+                            int *stepped)
 {
     const cl_config *cfg = r->cfg;
-    const int accum = accum_of(cfg);
+    const int accum = cl_run_accum(r);
     *stepped = 0;
     CL_TRY(cl_backend_set_input(r->be, b->x, b->targets ? NULL : b->labels,
                                 b->targets));
@@ -1421,14 +751,14 @@ static cl_status train_step(run *r, loop *lp, const cl_batch *b, int64_t epoch,
 
 /* Every per_print_times steps and at the epoch's last: the step line, its
  * JSONL record and the STEP event, with the global batch's loss. */
-static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
+static cl_status log_step(cl_run *r, loop *lp, int64_t epoch, int64_t in_epoch,
                           float loss)
 {
     const cl_config *cfg = r->cfg;
     if (cfg->per_print_times <= 0 || (lp->step % cfg->per_print_times != 0 &&
                                       in_epoch != r->steps_per_epoch))
         return CL_OK;
-    const int ranks = r->d ? r->d->size : 1;
+    const int ranks = cl_run_ranks(r);
     const int64_t total = r->steps_per_epoch * cfg->epoch_size;
     double now = cl_time_now(), dt = now - lp->t_mark;
     double w = cl_loader_wait_seconds(r->train_ld) - lp->w_mark;
@@ -1448,7 +778,7 @@ static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
         lv[1] /= r->d->size;
     }
     int64_t nsteps =
-        (lp->imgs - lp->imgs_mark) / (cfg->batch_size * accum_of(cfg));
+        (lp->imgs - lp->imgs_mark) / (cfg->batch_size * cl_run_accum(r));
     double ms = nsteps ? 1000 * dt / (double)nsteps : 0;
     double left = lp->step < total ? ms * (double)(total - lp->step) / 1000 : 0;
     /* The step's lr as the optimizer took it (a float). */
@@ -1473,9 +803,9 @@ static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
             printf("%s\n", msg);
         fflush(stdout);
     }
-    jsonl_step(r, lp->step, epoch + 1, lv[0], lv[1], lr, ips * ranks, ms,
-               dt > 0 ? w / dt : 0, dt > 0 ? comm / dt : 0,
-               dt > 0 ? hook / dt : 0);
+    cl_run_jsonl_step(r, lp->step, epoch + 1, lv[0], lv[1], lr, ips * ranks, ms,
+                      dt > 0 ? w / dt : 0, dt > 0 ? comm / dt : 0,
+                      dt > 0 ? hook / dt : 0);
     cl_train_event e = {.kind = CL_TRAIN_EVENT_STEP,
                         .step = lp->step,
                         .first_step = lp->step0,
@@ -1493,7 +823,7 @@ static cl_status log_step(run *r, loop *lp, int64_t epoch, int64_t in_epoch,
 }
 
 /* Every ckpt_save_interval steps: model and state, rotated. */
-static cl_status step_checkpoint(run *r, loop *lp, int64_t epoch,
+static cl_status step_checkpoint(cl_run *r, loop *lp, int64_t epoch,
                                  int64_t next_batch)
 {
     const cl_config *cfg = r->cfg;
@@ -1504,14 +834,14 @@ static cl_status step_checkpoint(run *r, loop *lp, int64_t epoch,
     snprintf(path, sizeof path, "%s/%s-e%lld-s%lld.safetensors",
              cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1,
              (long long)lp->step);
-    CL_TRY(save_checkpoint(r, path, epoch, next_batch, lp->step));
-    CL_TRY(rotate(r, path));
+    CL_TRY(cl_run_save_checkpoint(r, path, epoch, next_batch, lp->step));
+    CL_TRY(cl_run_rotate(r, path));
     snprintf(lp->last_good, sizeof lp->last_good, "%s", path);
     return CL_OK;
 }
 
 /* The epoch's summary, its checkpoint, its evaluation, the EPOCH event. */
-static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
+static cl_status epoch_end(cl_run *r, loop *lp, int64_t epoch,
                            cl_train_result *res)
 {
     const cl_config *cfg = r->cfg;
@@ -1541,10 +871,10 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
         char path[640];
         snprintf(path, sizeof path, "%s/%s-e%lld.safetensors",
                  cfg->ckpt_save_dir, r->arch_name, (long long)epoch + 1);
-        CL_TRY(save_checkpoint(r, path, epoch,
-                               cl_loader_batches_per_epoch(r->train_ld),
-                               lp->step));
-        CL_TRY(rotate(r, path));
+        CL_TRY(cl_run_save_checkpoint(r, path, epoch,
+                                      cl_loader_batches_per_epoch(r->train_ld),
+                                      lp->step));
+        CL_TRY(cl_run_rotate(r, path));
         snprintf(lp->last_good, sizeof lp->last_good, "%s", path);
     }
     cl_train_event e = {.kind = CL_TRAIN_EVENT_EPOCH,
@@ -1575,7 +905,7 @@ static cl_status epoch_end(run *r, loop *lp, int64_t epoch,
 }
 
 /* The loop's counters into res: time, steps, smoothed loss, throughput. */
-static void loop_result(run *r, const loop *lp, cl_train_result *res)
+static void loop_result(cl_run *r, const loop *lp, cl_train_result *res)
 {
     res->seconds = cl_time_now() - lp->t_start;
     res->steps = lp->step;
@@ -1588,11 +918,167 @@ static void loop_result(run *r, const loop *lp, cl_train_result *res)
             : 0;
 }
 
+/* ---- set-up and the loop ---------------------------------------------- */
+
+/* What the run trains, on what, how long and how, in one log line; the
+ * average's settings in another. */
+static void log_plan(const cl_run *r)
+{
+    const cl_config *cfg = r->cfg;
+    char archname[32];
+    cl_log(
+        r->lg, CL_LOG_INFO,
+        "training %s (%s%s%lld parameters) on %s: %lld "
+        "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
+        "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
+        "peak lr %.4g; backend %s, amp_level O%d (%s)",
+        cl_arch_name(&r->model, archname, sizeof archname),
+        cl_arch_stem(&r->model) ? cl_arch_stem(&r->model) : "",
+        cl_arch_stem(&r->model) ? " stem, " : "", (long long)r->g.n_param_elems,
+        cl_dataset_format(r->train_ds),
+        (long long)cl_loader_samples_per_epoch(r->train_ld) * cl_run_ranks(r),
+        r->in_c, r->side, r->side, r->g.num_classes,
+        (long long)r->steps_per_epoch, cfg->epoch_size, cl_run_global_batch(r),
+        cfg->batch_size, cl_run_ranks(r), cl_run_accum(r), r->lr.lr,
+        r->be->vt->name, cfg->amp_level,
+        cfg->amp_level == 0   ? "f32"
+        : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
+                              : "bf16 activations, f32 master weights");
+    if (r->has_ema)
+        cl_log(r->lg, CL_LOG_INFO,
+               "ema: an average of the weights, decay %.6g per update, "
+               "updated every %d step(s) of an epoch%s%s; evaluated beside "
+               "them, it picks the best checkpoint and is the model the "
+               "checkpoints give by default",
+               cfg->ema_decay, cfg->ema_steps,
+               cfg->ema_warmup ? ", decay warm-up" : "",
+               cfg->warmup_epochs > 0 ? ", a copy of them during the lr "
+                                        "warm-up"
+                                      : "");
+}
+
+/* The gradient averaging over ranks, hooked into backward. */
+static cl_status make_grad_sync(cl_run *r)
+{
+    const cl_config *cfg = r->cfg;
+    if (!r->d) {
+        if (cfg->sync_bn)
+            cl_log(r->lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
+        return CL_OK;
+    }
+    cl_dist_sync_opts so = cl_dist_sync_opts_default();
+    so.bucket_mb = cfg->bucket_mb;
+    so.mode = cfg->grad_sync == CL_CFG_GRAD_SYNC_BLOCKING
+                  ? CL_DIST_SYNC_BLOCKING
+                  : CL_DIST_SYNC_OVERLAP;
+    CL_TRY(cl_dist_grad_sync_create_graph(&r->sync, r->d, &r->g, &so));
+    r->be->hooks = cl_dist_grad_sync_hooks(r->sync, cfg->sync_bn);
+    /* With accumulation only the local sum of the micro-batches is
+     * averaged, once per step: no bucket may start during backward
+     * (grad_wait takes every tensor as ready after the sum). */
+    if (cfg->accumulation_steps > 1)
+        r->be->hooks.grad_ready = NULL;
+    return CL_OK;
+}
+
+/* Everything before the first step: the folder claimed, data, model,
+ * optimizer and schedule, the run's files, the resumed state (*epoch0,
+ * *batch0, *step: where to go on), every rank alike, the backend's plan
+ * and the gradient averaging.  A resume at the run's end sets
+ * res->complete and stops there. */
+static cl_status set_up(cl_run *r, int64_t *epoch0, int64_t *batch0,
+                        int64_t *step, cl_train_result *res)
+{
+    const cl_config *cfg = r->cfg;
+    CL_TRY(cl_run_claim_dir(r));
+    CL_TRY(open_data(r));
+    CL_TRY(build_model(r));
+    CL_TRY(make_optimizer(r));
+    CL_TRY(cl_metrics_init(&r->val, r->g.num_classes));
+    CL_TRY(cl_metrics_init(&r->val_ema, r->g.num_classes));
+    CL_TRY(cl_val_misses_init(&r->misses, r->val_ds, CL_VAL_MISS_MAX));
+    CL_TRY(cl_run_write_files(r));
+    if (cfg->resume[0])
+        CL_TRY(cl_run_resume(r, epoch0, batch0, step));
+    if (*epoch0 >= cfg->epoch_size) {
+        /* Resumed at its end: every rank read the same state, so all
+         * stop here; nothing is written. */
+        cl_log(r->lg, CL_LOG_INFO,
+               "resume: %s is the end of the run (step %lld, epoch_size "
+               "%d): nothing is left to train",
+               cfg->resume, (long long)*step, cfg->epoch_size);
+        res->steps = *step;
+        res->epochs = cfg->epoch_size;
+        res->complete = 1;
+        snprintf(res->last_ckpt, sizeof res->last_ckpt, "%s", cfg->resume);
+        return CL_OK;
+    }
+    CL_TRY(cl_run_share_start(r));
+    CL_TRY(plan_training(r));
+    CL_TRY(make_grad_sync(r));
+    log_plan(r);
+    return CL_OK;
+}
+
+/* The loop: next batch, step, log, checkpoint, stop; at each epoch's end
+ * its checkpoint and evaluation; at the run's end the last checkpoint. */
+static cl_status train_loop(cl_run *r, int64_t epoch0, int64_t batch0,
+                            int64_t step, cl_train_result *res)
+{
+    const cl_config *cfg = r->cfg;
+    const int accum = cl_run_accum(r);
+    loop lp;
+    loop_init(&lp, r, step);
+    for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
+        int64_t first = epoch == epoch0 ? batch0 : 0;
+        CL_TRY(epoch_begin(r, &lp, epoch, first));
+        for (int64_t bi = first; bi < r->steps_per_epoch * accum; bi++) {
+            cl_batch b;
+            float loss = 0;
+            int stepped = 0;
+            CL_TRY(next_batch(r, &b));
+            if (b.n == 0)
+                break;
+            CL_TRY(train_step(r, &lp, &b, epoch, bi, &loss, &stepped));
+            if (!stepped)
+                continue;
+            CL_TRY(log_step(r, &lp, epoch, (bi + 1) / accum, loss));
+            CL_TRY(step_checkpoint(r, &lp, epoch, bi + 1));
+            int sig = stop_requested(r);
+            if (sig) {
+                /* A stopped run reports what it trained and the
+                 * checkpoint it wrote, as a finished one does. */
+                res->stop_signal = sig > 0 ? sig : 0;
+                loop_result(r, &lp, res);
+                cl_status s =
+                    stop_now(r, sig, epoch, bi + 1, lp.step, lp.last_good,
+                             res->last_ckpt, sizeof res->last_ckpt);
+                if (!r->root)
+                    res->last_ckpt[0] = '\0';
+                return s;
+            }
+        }
+        CL_TRY(epoch_end(r, &lp, epoch, res));
+    }
+    loop_result(r, &lp, res);
+    if (!r->root)
+        return CL_OK;
+    snprintf(res->last_ckpt, sizeof res->last_ckpt, "%s/%s-last.safetensors",
+             cfg->ckpt_save_dir, r->arch_name);
+    CL_TRY(cl_run_save_checkpoint(
+        r, res->last_ckpt, cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
+        cl_loader_batches_per_epoch(r->train_ld), lp.step));
+    /* The last epoch is always evaluated when there is a split. */
+    if (r->val_ld)
+        CL_TRY(cl_run_save_val_record(r, res->last_ckpt, cfg->epoch_size,
+                                      lp.step));
+    return CL_OK;
+}
+
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                        const cl_train_hooks *hooks, cl_train_result *res)
 {
-    run r;
-    cl_status s;
+    cl_run r;
     stop_handlers sh;
     memset(&r, 0, sizeof r);
     memset(res, 0, sizeof *res);
@@ -1603,156 +1089,16 @@ cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
     r.lg = lg;
     r.hooks = hooks;
     r.root = !d || d->rank == 0;
+    r.watch_signals = !(hooks && hooks->host_signals);
     cl_strbuf_init(&r.line);
-    stop_handlers_install(&sh);
-
-    if ((s = claim_run_dir(&r)) != CL_OK || (s = open_data(&r)) != CL_OK ||
-        (s = build_model(&r)) != CL_OK || (s = make_optimizer(&r)) != CL_OK ||
-        (s = cl_metrics_init(&r.val, r.g.num_classes)) != CL_OK ||
-        (s = cl_metrics_init(&r.val_ema, r.g.num_classes)) != CL_OK ||
-        (s = cl_val_misses_init(&r.misses, r.val_ds, CL_VAL_MISS_MAX)) !=
-            CL_OK ||
-        (s = write_run_files(&r)) != CL_OK)
-        goto fail;
-
+    if (r.watch_signals)
+        stop_handlers_install(&sh);
     int64_t epoch0 = 0, batch0 = 0, step = 0;
-    if (cfg->resume[0] && (s = resume(&r, &epoch0, &batch0, &step)) != CL_OK)
-        goto fail;
-    if (epoch0 >= cfg->epoch_size) {
-        /* Resumed at its end: every rank read the same state, so all
-         * stop here; nothing is written. */
-        cl_log(lg, CL_LOG_INFO,
-               "resume: %s is the end of the run (step %lld, epoch_size "
-               "%d): nothing is left to train",
-               cfg->resume, (long long)step, cfg->epoch_size);
-        res->steps = step;
-        res->epochs = cfg->epoch_size;
-        res->complete = 1;
-        snprintf(res->last_ckpt, sizeof res->last_ckpt, "%s", cfg->resume);
-        s = CL_OK;
-        goto fail;
-    }
-    /* Every rank starts from rank 0's weights. */
-    if (r.d && (s = cl_dist_broadcast_graph(r.d, &r.g, 0)) != CL_OK)
-        goto fail;
-    if (r.d && cfg->resume[0] && (s = broadcast_optim(&r)) != CL_OK)
-        goto fail;
-    if (r.has_ema && !cfg->resume[0])
-        cl_model_ema_set(&r.ema, &r.g); /* rank 0's weights */
-    if (r.has_ema && r.d && cfg->resume[0] && (s = broadcast_ema(&r)) != CL_OK)
-        goto fail;
-
-    if ((s = plan_training(&r)) != CL_OK)
-        goto fail;
-    if (r.d) {
-        cl_dist_sync_opts so = cl_dist_sync_opts_default();
-        so.bucket_mb = cfg->bucket_mb;
-        so.mode = cfg->grad_sync == CL_CFG_GRAD_SYNC_BLOCKING
-                      ? CL_DIST_SYNC_BLOCKING
-                      : CL_DIST_SYNC_OVERLAP;
-        if ((s = cl_dist_grad_sync_create_graph(&r.sync, r.d, &r.g, &so)) !=
-            CL_OK)
-            goto fail;
-        r.be->hooks = cl_dist_grad_sync_hooks(r.sync, cfg->sync_bn);
-        /* With accumulation only the local sum of the micro-batches is
-         * averaged, once per step: no bucket may start during backward
-         * (grad_wait takes every tensor as ready after the sum). */
-        if (cfg->accumulation_steps > 1)
-            r.be->hooks.grad_ready = NULL;
-    } else if (cfg->sync_bn) {
-        cl_log(lg, CL_LOG_INFO, "sync_bn with one process is plain BN");
-    }
-
-    const int accum = accum_of(cfg);
-    char archname[32];
-    cl_log(
-        lg, CL_LOG_INFO,
-        "training %s (%s%s%lld parameters) on %s: %lld "
-        "samples per epoch, %dx%dx%d input, %d classes; %lld steps/epoch x %d "
-        "epochs; global batch %d (%d x %d process(es) x %d accumulation), "
-        "peak lr %.4g; backend %s, amp_level O%d (%s)",
-        cl_arch_name(&r.model, archname, sizeof archname),
-        cl_arch_stem(&r.model) ? cl_arch_stem(&r.model) : "",
-        cl_arch_stem(&r.model) ? " stem, " : "", (long long)r.g.n_param_elems,
-        cl_dataset_format(r.train_ds),
-        (long long)cl_loader_samples_per_epoch(r.train_ld) * (d ? d->size : 1),
-        r.in_c, r.side, r.side, r.g.num_classes, (long long)r.steps_per_epoch,
-        cfg->epoch_size, global_batch(&r), cfg->batch_size, d ? d->size : 1,
-        accum, r.lr.lr, r.be->vt->name, cfg->amp_level,
-        cfg->amp_level == 0   ? "f32"
-        : cfg->amp_level == 1 ? "bf16 convolutions and matmuls"
-                              : "bf16 activations, f32 master weights");
-
-    if (r.has_ema)
-        cl_log(lg, CL_LOG_INFO,
-               "ema: an average of the weights, decay %.6g per update, "
-               "updated every %d step(s) of an epoch%s%s; evaluated beside "
-               "them, it picks the best checkpoint and is the model the "
-               "checkpoints give by default",
-               cfg->ema_decay, cfg->ema_steps,
-               cfg->ema_warmup ? ", decay warm-up" : "",
-               cfg->warmup_epochs > 0 ? ", a copy of them during the lr "
-                                        "warm-up"
-                                      : "");
-    /* The loop: next batch, step, log, checkpoint, stop; at each epoch's
-     * end its checkpoint and evaluation. */
-    loop lp;
-    loop_init(&lp, &r, step);
-    for (int64_t epoch = epoch0; epoch < cfg->epoch_size; epoch++) {
-        int64_t first = epoch == epoch0 ? batch0 : 0;
-        if ((s = epoch_begin(&r, &lp, epoch, first)) != CL_OK)
-            goto fail;
-        for (int64_t bi = first; bi < r.steps_per_epoch * accum; bi++) {
-            cl_batch b;
-            float loss = 0;
-            int stepped = 0;
-            if ((s = next_batch(&r, &b)) != CL_OK)
-                goto fail;
-            if (b.n == 0)
-                break;
-            if ((s = train_step(&r, &lp, &b, epoch, bi, &loss, &stepped)) !=
-                CL_OK)
-                goto fail;
-            if (!stepped)
-                continue;
-            if ((s = log_step(&r, &lp, epoch, (bi + 1) / accum, loss)) !=
-                    CL_OK ||
-                (s = step_checkpoint(&r, &lp, epoch, bi + 1)) != CL_OK)
-                goto fail;
-            int sig = stop_requested(&r);
-            if (sig) {
-                /* A stopped run reports what it trained and the
-                 * checkpoint it wrote, as a finished one does. */
-                res->stop_signal = sig > 0 ? sig : 0;
-                loop_result(&r, &lp, res);
-                s = stop_now(&r, sig, epoch, bi + 1, lp.step, lp.last_good,
-                             res->last_ckpt, sizeof res->last_ckpt);
-                if (!r.root)
-                    res->last_ckpt[0] = '\0';
-                goto fail;
-            }
-        }
-        if ((s = epoch_end(&r, &lp, epoch, res)) != CL_OK)
-            goto fail;
-    }
-    loop_result(&r, &lp, res);
-    if (r.root) {
-        snprintf(res->last_ckpt, sizeof res->last_ckpt,
-                 "%s/%s-last.safetensors", cfg->ckpt_save_dir, r.arch_name);
-        if ((s = save_checkpoint(&r, res->last_ckpt,
-                                 cfg->epoch_size > 0 ? cfg->epoch_size - 1 : 0,
-                                 cl_loader_batches_per_epoch(r.train_ld),
-                                 lp.step)) != CL_OK)
-            goto fail;
-        /* The last epoch is always evaluated when there is a split. */
-        if (r.val_ld &&
-            (s = save_val_record(&r, res->last_ckpt, cfg->epoch_size,
-                                 lp.step)) != CL_OK)
-            goto fail;
-    }
-    s = CL_OK;
-fail:
+    cl_status s = set_up(&r, &epoch0, &batch0, &step, res);
+    if (s == CL_OK && !res->complete)
+        s = train_loop(&r, epoch0, batch0, step, res);
     run_free(&r);
-    stop_handlers_restore(&sh);
+    if (r.watch_signals)
+        stop_handlers_restore(&sh);
     return s;
 }

@@ -1,6 +1,9 @@
 /* The training loop: data -> forward -> loss -> backward -> (allreduce) ->
  * optimizer, with monitors, JSONL metrics, checkpoints, evaluation and
- * resume.  One function a person can read top to bottom. */
+ * resume.  trainer.c holds the set-up and the loop, to be read top to
+ * bottom; checkpointing.c the checkpoints, resume and the broadcasts that
+ * start every rank alike; run_dir.c the run folder (run.h: what they
+ * share). */
 #ifndef CL_TRAIN_TRAINER_H
 #define CL_TRAIN_TRAINER_H
 
@@ -54,12 +57,16 @@ typedef struct cl_train_event {
     double val_ema_top1, val_ema_top5, val_ema_loss; /* NaN without ema */
 } cl_train_event;
 
-/* on_event runs on every rank, in the training thread, between steps; a
- * non-zero return asks the run to stop after the current step with a
- * checkpoint, as SIGINT does (CL_ERR_INTERRUPTED, stop_signal 0). */
+/* How a caller takes part in a run.  on_event (may be NULL) runs on every
+ * rank, in the training thread, between steps; a non-zero return asks the
+ * run to stop after the current step with a checkpoint, as SIGINT does
+ * (CL_ERR_INTERRUPTED, stop_signal 0).  host_signals non-zero leaves
+ * SIGINT and SIGTERM to the caller: the run installs no handlers and
+ * stops only when asked through on_event. */
 typedef struct cl_train_hooks {
     void *ctx;
     int (*on_event)(void *ctx, const cl_train_event *e);
+    int host_signals;
 } cl_train_hooks;
 
 /* Trains as cfg says.  d may be NULL (single process).  Only rank 0
@@ -69,13 +76,14 @@ typedef struct cl_train_hooks {
  * ways out), or with cfg->overwrite removes that run's files first.  A
  * resume at the run's end trains nothing and sets res->complete.
  * CL_ERR_NUMERIC when the loss becomes NaN/Inf (the message names
- * the step and the last good checkpoint).  While it runs, SIGINT and
- * SIGTERM are caught: the first stops the run after the current step with
- * a step checkpoint and CL_ERR_INTERRUPTED (the message names the file to
- * --resume; res->stop_signal says which signal; res holds the steps, time
- * and throughput so far and last_ckpt that checkpoint, as after a finished
- * run), a second ends the process
- * at once; the previous handlers are restored on return. */
+ * the step and the last good checkpoint).  While it runs (unless
+ * hooks->host_signals), SIGINT and SIGTERM are caught: the first stops the
+ * run after the current step with a step checkpoint and CL_ERR_INTERRUPTED
+ * (the message names the file to --resume; res->stop_signal says which
+ * signal; res holds the steps, time and throughput so far and last_ckpt
+ * that checkpoint, as after a finished run), a second ends the process at
+ * once; the previous handlers are restored on return.  hooks may be
+ * NULL. */
 cl_status cl_train_run(const cl_config *cfg, cl_dist *d, const cl_logger *lg,
                        const cl_train_hooks *hooks, cl_train_result *res);
 
