@@ -3,7 +3,10 @@
 # checks that libclassic.so exports the public API only, builds
 # examples/classify.c against the installed copy through pkg-config and
 # runs it on a checkpoint that the installed `classic` trains on a tiny
-# generated ImageFolder, then asks the installed Python module the same.  Usage: scripts/check-install.sh [BUILD_DIR]
+# generated ImageFolder, then asks the installed Python module the same;
+# builds examples/train.c likewise, lets it train, and stops another run of
+# it through its own SIGINT handler.  Usage: scripts/check-install.sh
+# [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-${BUILD:-build}}
@@ -60,6 +63,55 @@ echo "$out"
 echo "$out" | grep -Eq '^  1\. (dark|light) ' ||
     { echo "check-install: the example printed no top class" >&2; exit 1; }
 echo "check-install: examples/classify.c built against the install and ran"
+
+# examples/train.c: a host program keeping SIGINT and MPI to itself
+# (cl_train_ex).  One run to its end, then one stopped by SIGINT, which its
+# own handler turns into a stop through the progress callback.
+cc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
+    examples/train.c $(pkg-config --cflags --libs classic) -o "$tmp/train"
+cat >"$tmp/recipe.yaml" <<EOF
+dataset: imagefolder
+data_dir: $tmp/data
+val_split: val
+model: resnet18
+image_size: 32
+in_channels: 1
+mean: [0.5]
+std: [0.25]
+batch_size: 4
+num_parallel_workers: 0
+per_print_times: 1
+log_level: warn
+EOF
+LD_LIBRARY_PATH="$libdir" "$tmp/train" "$tmp/recipe.yaml" epoch_size=1 \
+    "ckpt_save_dir=$tmp/ex" >"$tmp/ex.log" 2>&1 || {
+    cat "$tmp/ex.log" >&2
+    echo "check-install: examples/train.c failed" >&2
+    exit 1
+}
+grep -q '^trained 2 steps' "$tmp/ex.log" || {
+    cat "$tmp/ex.log" >&2
+    echo "check-install: examples/train.c did not train" >&2
+    exit 1
+}
+LD_LIBRARY_PATH="$libdir" "$tmp/train" "$tmp/recipe.yaml" epoch_size=200 \
+    "ckpt_save_dir=$tmp/ex_int" >"$tmp/ex_int.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+    grep -q '^step 1/' "$tmp/ex_int.log" && break
+    sleep 0.1
+done
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+if [ "$rc" != 3 ] || ! grep -q 'stopped by the caller' "$tmp/ex_int.log"; then
+    cat "$tmp/ex_int.log" >&2
+    echo "check-install: examples/train.c exited $rc after SIGINT, not 3" \
+        "(a stop through its own handler)" >&2
+    exit 1
+fi
+echo "check-install: examples/train.c trained, and its own SIGINT handler" \
+    "stopped another run ($(grep -o 'after step [0-9]*' "$tmp/ex_int.log"))"
 
 # The installed Python module finds the installed library by itself and
 # names the same top class.

@@ -1,24 +1,29 @@
 /* The public API (include/classic/classic.h): a tiny model trained through
- * cl_train with a progress callback and a stop, then opened with
+ * cl_train with a progress callback and a stop (and through cl_train_ex,
+ * leaving signals and MPI to the host), then opened with
  * cl_classifier_load to classify and embed files and in-memory images, and
  * every function's failure paths.
  * ctest-labels: api */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "classic/classic.h"
 #include "data/data.h"
+#include "dist/dist.h"
 #include "harness.h"
 #include "io/json.h"
 #include "test_data_fixtures.h"
 
-/* An ImageFolder root (classes a and b) and a one-epoch resnet18 trained on
- * it into dir; the model file's path, or NULL. */
-static const char *train_tiny(const char *dir, int epochs, cl_progress_fn fn,
-                              void *ctx, cl_status *st)
+/* An ImageFolder root (classes a and b) and a resnet18 trained on it for
+ * `epochs` into dir through cl_train_ex with opts (NULL: as cl_train);
+ * the model file's path, or NULL.  sum may be NULL. */
+static const char *train_tiny_ex(const char *dir, int epochs, cl_progress_fn fn,
+                                 void *ctx, const cl_train_opts *opts,
+                                 cl_status *st, cl_train_summary *sum)
 {
     static char ckpt[1200];
     char root[1024], o_root[1100], o_dir[1100], o_ep[64];
@@ -38,12 +43,21 @@ static const char *train_tiny(const char *dir, int epochs, cl_progress_fn fn,
                        "per_print_times: 1\n"
                        "val_split: val\n"
                        "seed: 7\n";
-    cl_train_summary sum;
-    *st = cl_train(NULL, yaml, ov, 4, fn, ctx, &sum);
+    cl_train_summary own;
+    if (!sum)
+        sum = &own;
+    *st = cl_train_ex(NULL, yaml, ov, 4, fn, ctx, opts, sum);
     if (*st != CL_OK)
         return NULL;
-    snprintf(ckpt, sizeof ckpt, "%s", sum.last_checkpoint);
+    snprintf(ckpt, sizeof ckpt, "%s", sum->last_checkpoint);
     return ckpt;
+}
+
+/* The same through cl_train. */
+static const char *train_tiny(const char *dir, int epochs, cl_progress_fn fn,
+                              void *ctx, cl_status *st)
+{
+    return train_tiny_ex(dir, epochs, fn, ctx, NULL, st, NULL);
 }
 
 typedef struct seen {
@@ -116,6 +130,100 @@ CL_TEST(train_failures_name_the_cause)
     CHECK(cl_train(cl_test_path("missing.yaml"), NULL, NULL, 0, NULL, NULL,
                    NULL) == CL_ERR_IO);
     CHECK(strstr(cl_last_error(), "missing.yaml") != NULL);
+}
+
+/* ---- cl_train_ex: signals and MPI left to the host ------------------- */
+
+static volatile sig_atomic_t host_signal;
+
+static void host_handler(int sig)
+{
+    host_signal = sig;
+}
+
+typedef struct watch {
+    int steps;
+    int host_handlers; /* at the first step SIGINT and SIGTERM were the
+                          host's */
+    int raise_term;    /* raise SIGTERM at the first step */
+} watch;
+
+static int watch_signals(void *ctx, const cl_progress *p)
+{
+    watch *w = ctx;
+    if (p->kind != CL_PROGRESS_STEP || w->steps++ > 0)
+        return 0;
+    struct sigaction si, st;
+    sigaction(SIGINT, NULL, &si);
+    sigaction(SIGTERM, NULL, &st);
+    w->host_handlers =
+        si.sa_handler == host_handler && st.sa_handler == host_handler;
+    if (w->raise_term)
+        raise(SIGTERM);
+    return 0;
+}
+
+static int mpi_is_up(void)
+{
+#ifdef CL_HAVE_MPI
+    int inited = 0;
+    MPI_Initialized(&inited);
+    return inited;
+#else
+    return 0;
+#endif
+}
+
+CL_TEST(train_ex_leaves_signals_and_mpi_to_the_host)
+{
+    struct sigaction sa, old_int, old_term, now;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = host_handler;
+    sigemptyset(&sa.sa_mask);
+    REQUIRE(sigaction(SIGINT, &sa, &old_int) == 0);
+    REQUIRE(sigaction(SIGTERM, &sa, &old_term) == 0);
+    /* cl_train puts its own handlers in while it runs, and the host's
+     * back on return. */
+    watch w = {0};
+    cl_status st;
+    train_tiny_ex("plain", 1, watch_signals, &w, NULL, &st, NULL);
+    CHECK_OK(st);
+    CHECK(w.steps == 2 && !w.host_handlers);
+    sigaction(SIGINT, NULL, &now);
+    CHECK(now.sa_handler == host_handler);
+    /* host_signals: the host's handlers stay, and a SIGTERM during the run
+     * is the host's business: the run goes on to its end. */
+    cl_train_opts o;
+    memset(&o, 0, sizeof o);
+    o.size = sizeof o;
+    o.host_signals = 1;
+    o.host_mpi = 1;
+    cl_train_summary sum;
+    watch wh = {.raise_term = 1};
+    host_signal = 0;
+    train_tiny_ex("hosted", 1, watch_signals, &wh, &o, &st, &sum);
+    CHECK_OK(st);
+    CHECK(wh.host_handlers);
+    CHECK(host_signal == SIGTERM);
+    CHECK(sum.steps == 2 && sum.stop_signal == 0 && !sum.stopped);
+    CHECK(sum.world_size == 1);
+    /* host_mpi under an MPI launcher whose MPI the host did not start:
+     * refused, and MPI is left alone. */
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    train_tiny_ex("launched", 1, NULL, NULL, &o, &st, NULL);
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    CHECK(st == CL_ERR_CONFIG);
+    CHECK(strstr(cl_last_error(), "MPI is not initialised") != NULL);
+    CHECK(!mpi_is_up());
+    /* A size this library does not know is refused with a sentence. */
+    o.size = 0;
+    train_tiny_ex("size0", 1, NULL, NULL, &o, &st, NULL);
+    CHECK(st == CL_ERR_ARG && strstr(cl_last_error(), "opts->size") != NULL);
+    o.size = sizeof o + 8;
+    train_tiny_ex("size_big", 1, NULL, NULL, &o, &st, NULL);
+    CHECK(st == CL_ERR_ARG && strstr(cl_last_error(), "newer") != NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
 }
 
 /* A 3-channel h x w test picture, as bytes. */

@@ -341,11 +341,40 @@ typedef struct cl_train_summary {
  * here and finalised on return, except after a failure of a run of several
  * processes, when MPI stays up so that the launcher ends the job as this
  * process exits (the others may be waiting for it).  One run per process
- * at a time; one distributed run per process. */
+ * at a time; one distributed run per process.  cl_train_ex below leaves
+ * signals and MPI to the caller. */
 CL_API cl_status cl_train(const char *config_path, const char *config_text,
                           const char *const *overrides, int n_overrides,
                           cl_progress_fn on_progress, void *ctx,
                           cl_train_summary *summary);
+
+/* How cl_train_ex runs inside a host program that keeps signals or MPI to
+ * itself.  Zero it and set size to sizeof(cl_train_opts) before the fields
+ * wanted: the library reads the first `size` bytes only, so a program
+ * built against this header keeps working when a later version adds fields
+ * at the end. */
+typedef struct cl_train_opts {
+    size_t size;
+    int host_signals; /* non-zero: no SIGINT / SIGTERM handler is installed;
+                         the host stops the run by returning non-zero from
+                         on_progress (a checkpoint is written as for
+                         SIGINT) */
+    int host_mpi;     /* non-zero: the run never calls MPI_Init nor
+                         MPI_Finalize; it trains data-parallel over
+                         MPI_COMM_WORLD when the host initialised MPI
+                         (MPI_THREAD_FUNNELED at least), alone otherwise,
+                         and under an MPI launcher without MPI initialised
+                         it refuses with CL_ERR_CONFIG */
+} cl_train_opts;
+
+/* cl_train with options; opts NULL is cl_train.  A size this library does
+ * not know is refused with CL_ERR_ARG.  With host_mpi one process may run
+ * several distributed trainings, one after another. */
+CL_API cl_status cl_train_ex(const char *config_path, const char *config_text,
+                             const char *const *overrides, int n_overrides,
+                             cl_progress_fn on_progress, void *ctx,
+                             const cl_train_opts *opts,
+                             cl_train_summary *summary);
 
 #ifdef __cplusplus
 }

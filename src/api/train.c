@@ -1,7 +1,8 @@
 /* The public training API: a recipe from YAML and "key=value" overrides
  * (over a resumed checkpoint's own config) run by cl_train_run, alone or
  * data-parallel under mpirun, whose step and epoch events become the
- * caller's progress callback. */
+ * caller's progress callback; cl_train_ex's options leave signals and MPI
+ * to a host program. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,10 +60,84 @@ static int on_event(void *ctx, const cl_train_event *e)
     return 0;
 }
 
+/* The caller's options as far as its size says, the rest zero. */
+static cl_status read_opts(const cl_train_opts *opts, cl_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!opts)
+        return CL_OK;
+    if (opts->size < sizeof opts->size || opts->size > sizeof *o)
+        return cl_error(CL_ERR_ARG,
+                        "cl_train_ex: opts->size is %zu, expected "
+                        "sizeof(cl_train_opts) (%zu in this library; a "
+                        "larger size means a program built against a newer "
+                        "classic.h)",
+                        opts->size, sizeof *o);
+    memcpy(o, opts, opts->size);
+    return CL_OK;
+}
+
+/* Whether MPI is up now (initialised, not finalised), by whoever. */
+static int mpi_running(void)
+{
+#ifdef CL_HAVE_MPI
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    return inited && !finalized;
+#else
+    return 0;
+#endif
+}
+
+/* The processes of the run as the recipe's dist and the host allow: with
+ * host_mpi the MPI the host started, or none; else MPI started here when
+ * a launcher started this process. */
+static cl_status join(const cl_config *cfg, int host_mpi, cl_dist *d)
+{
+    cl_dist_single(d);
+    if (cfg->dist == CL_CFG_DIST_NONE)
+        return CL_OK;
+    if (host_mpi && !mpi_running()) {
+        if (cl_dist_launched())
+            return cl_error(CL_ERR_CONFIG,
+                            "cl_train_ex: opts->host_mpi is set and an MPI "
+                            "launcher started this process, but MPI is not "
+                            "initialised: call MPI_Init_thread "
+                            "(MPI_THREAD_FUNNELED at least) before "
+                            "cl_train_ex, or set dist to none to train this "
+                            "process alone");
+        if (cfg->dist == CL_CFG_DIST_MPI)
+            return cl_error(CL_ERR_CONFIG,
+                            "dist is mpi but MPI is not initialised and "
+                            "opts->host_mpi leaves it to the host: "
+                            "initialise it before cl_train_ex, or set dist "
+                            "to auto or none");
+        return CL_OK;
+    }
+    if (cfg->dist == CL_CFG_DIST_MPI && !cl_dist_launched() &&
+        !(host_mpi && mpi_running()))
+        return cl_error(CL_ERR_CONFIG,
+                        "dist is mpi but no MPI launcher started this "
+                        "process: run it under mpirun -np N, or set dist to "
+                        "auto or none");
+    /* MPI the host initialised is used and left running. */
+    return cl_dist_init(d, NULL, NULL);
+}
+
 cl_status cl_train(const char *config_path, const char *config_text,
                    const char *const *overrides, int n_overrides,
                    cl_progress_fn on_progress, void *ctx,
                    cl_train_summary *summary)
+{
+    return cl_train_ex(config_path, config_text, overrides, n_overrides,
+                       on_progress, ctx, NULL, summary);
+}
+
+cl_status cl_train_ex(const char *config_path, const char *config_text,
+                      const char *const *overrides, int n_overrides,
+                      cl_progress_fn on_progress, void *ctx,
+                      const cl_train_opts *opts, cl_train_summary *summary)
 {
     if (summary) {
         memset(summary, 0, sizeof *summary);
@@ -73,6 +148,8 @@ cl_status cl_train(const char *config_path, const char *config_text,
         return cl_error(CL_ERR_ARG,
                         "cl_train: %d overrides given but the list is %s",
                         n_overrides, overrides ? "there" : "NULL");
+    cl_train_opts o;
+    CL_TRY(read_opts(opts, &o));
     cl_config cfg;
     cl_strbuf notes;
     cl_strbuf_init(&notes);
@@ -84,16 +161,7 @@ cl_status cl_train(const char *config_path, const char *config_text,
         return s;
     }
     cl_dist d;
-    if (cfg.dist == CL_CFG_DIST_NONE)
-        cl_dist_single(&d);
-    else if (cfg.dist == CL_CFG_DIST_MPI && !cl_dist_launched())
-        s = cl_error(CL_ERR_CONFIG,
-                     "dist is mpi but no MPI launcher started this "
-                     "process: run it under mpirun -np N, or set dist to "
-                     "auto or none");
-    else
-        s = cl_dist_init(&d, NULL, NULL);
-    if (s != CL_OK) {
+    if ((s = join(&cfg, o.host_mpi, &d)) != CL_OK) {
         cl_strbuf_free(&notes);
         return s;
     }
@@ -110,10 +178,12 @@ cl_status cl_train(const char *config_path, const char *config_text,
     }
     cl_strbuf_free(&notes);
     relay r = {on_progress, ctx, 0, 0, 0, 0, NAN, d.rank, d.size};
-    cl_train_hooks hooks = {.ctx = &r, .on_event = on_event};
+    cl_train_hooks hooks = {.ctx = &r,
+                            .on_event = on_progress ? on_event : NULL,
+                            .host_signals = o.host_signals};
     cl_train_result res;
     memset(&res, 0, sizeof res);
-    s = cl_train_run(&cfg, &d, &lg, on_progress ? &hooks : NULL, &res);
+    s = cl_train_run(&cfg, &d, &lg, &hooks, &res);
     if (summary) {
         /* The steps this call trained: after a resume, not the ones
          * before it (0 when the run was already complete). */
@@ -145,7 +215,8 @@ cl_status cl_train(const char *config_path, const char *config_text,
     }
     /* Every rank stops after the same step, so a stopped run finalises;
      * after a failure the others may wait in a collective for this one,
-     * and finalising would wait for them. */
+     * and finalising would wait for them.  MPI the host started is only
+     * let go of (the run's communicator freed), never finalised. */
     if (s == CL_OK || s == CL_ERR_INTERRUPTED || d.size == 1)
         cl_dist_finalize(&d);
     return s;
