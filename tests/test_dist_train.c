@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "backend/onednn_info.h"
+#include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -35,6 +36,7 @@
 #include "train_compare.h"
 #include "io/safetensors.h"
 #include "models/resnet.h"
+#include "test_data_fixtures.h"
 
 /* Two ranks of one OpenMP thread each, after cl_test_mpirun(). */
 #define RANKS2 "-x OMP_NUM_THREADS=1 -np 2 "
@@ -651,6 +653,90 @@ CL_TEST(allreduced_grads_equal_mean_of_halves)
         passed++;
     CHECK(passed == 2);
     fprintf(stderr, "%s", cl_test_out);
+}
+
+/* ---- a host program's MPI (cl_train_ex, host_mpi) -------------------- */
+
+#ifdef CL_HAVE_MPI
+/* One rank of a host program that starts MPI itself: two distributed
+ * trainings through cl_train_ex with host_mpi, after which MPI is still
+ * the host's to use and to finalise. */
+static void host_mpi_rank_side(void)
+{
+    const char *root = getenv("CL_TEST_HOST_MPI_DIR");
+    REQUIRE(root != NULL);
+    int provided = 0;
+    REQUIRE(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) ==
+            MPI_SUCCESS);
+    cl_train_opts o;
+    memset(&o, 0, sizeof o);
+    o.size = sizeof o;
+    o.host_mpi = 1;
+    for (int run = 0; run < 2; run++) {
+        char o_data[1100], o_dir[1100];
+        snprintf(o_data, sizeof o_data, "data_dir=%s/folder", root);
+        snprintf(o_dir, sizeof o_dir, "ckpt_save_dir=%s/run%d", root, run);
+        const char *ov[] = {"dataset=imagefolder",
+                            o_data,
+                            o_dir,
+                            "model=resnet18",
+                            "image_size=32",
+                            "batch_size=2",
+                            "epoch_size=1",
+                            "num_parallel_workers=0",
+                            "val_split=val",
+                            "seed=7",
+                            "log_level=error",
+                            "dist=mpi"};
+        cl_train_summary sum;
+        CHECK_OK(cl_train_ex(NULL, NULL, ov, (int)(sizeof ov / sizeof ov[0]),
+                             NULL, NULL, &o, &sum));
+        CHECK(sum.world_size == 2 && sum.steps == 2);
+        int finalized = 1;
+        MPI_Finalized(&finalized);
+        CHECK(!finalized);
+    }
+    int one = 1, total = 0;
+    CHECK(MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) ==
+          MPI_SUCCESS);
+    CHECK(total == 2);
+    MPI_Finalize();
+}
+#endif
+
+CL_TEST(host_mpi_trains_over_the_hosts_mpi_and_leaves_it_up)
+{
+#ifndef CL_HAVE_MPI
+    cl_test_skip("built without MPI");
+#else
+    if (under_mpirun()) {
+        host_mpi_rank_side();
+        return;
+    }
+    char dir[1024], folder[1100], cmd[4096];
+    snprintf(dir, sizeof dir, "%s", cl_test_path("host_mpi"));
+    mkdir(dir, 0755);
+    snprintf(folder, sizeof folder, "%s/folder", dir);
+    REQUIRE(fx_image_split(folder, "train", 8) == 0);
+    REQUIRE(fx_image_split(folder, "val", 4) == 0);
+    setenv("CL_TEST_HOST_MPI_DIR", dir, 1);
+    const char *log = cl_test_path("host_mpi.log");
+    snprintf(cmd, sizeof cmd,
+             "timeout 120 %s-x CL_TEST_HOST_MPI_DIR " RANKS2
+             "'%s' host_mpi_trains_over_the_hosts_mpi_and_leaves_it_up "
+             ">'%s' 2>&1",
+             cl_test_mpirun(), self_exe(), log);
+    int rc = cl_test_run(cmd);
+    cl_test_slurp(log);
+    CHECK(rc == 0);
+    int passed = 0;
+    for (const char *p = cl_test_out; (p = strstr(p, "1 passed, 0 failed"));
+         p++)
+        passed++;
+    CHECK(passed == 2);
+    if (cl_test_failed())
+        fprintf(stderr, "%s", cl_test_out);
+#endif
 }
 
 /* ---- evaluation ------------------------------------------------------ */

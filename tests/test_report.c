@@ -18,6 +18,8 @@
 #include "report/report.h"
 #include "report/report_internal.h"
 #include "core/mem.h"
+#include "io/safetensors.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 #include "train/val_record.h"
 
@@ -196,6 +198,33 @@ static void write_run(const char *dir, double scale, const char *lr)
     spit(path, cl_strbuf_str(&b));
     cl_strbuf_free(&b);
     write_config(dir, lr);
+}
+
+/* A training state holding only the global batch as metadata (name in
+ * dir), as a step checkpoint's beside it: global_batch "G", or with
+ * packed set the form of older files, "G B N A". */
+static void write_state(const char *dir, const char *name, int b, int n, int a,
+                        int packed)
+{
+    char path[700], g[64], bs[16], np[16], ac[16];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (packed)
+        snprintf(g, sizeof g, "%d %d %d %d", b * n * a, b, n, a);
+    else
+        snprintf(g, sizeof g, "%d", b * n * a);
+    snprintf(bs, sizeof bs, "%d", b);
+    snprintf(np, sizeof np, "%d", n);
+    snprintf(ac, sizeof ac, "%d", a);
+    cl_st_writer *w = NULL;
+    REQUIRE_OK(cl_st_writer_new(&w));
+    REQUIRE_OK(cl_st_writer_meta(w, CL_STATE_GLOBAL_BATCH, g));
+    if (!packed) {
+        REQUIRE_OK(cl_st_writer_meta(w, CL_STATE_BATCH_SIZE, bs));
+        REQUIRE_OK(cl_st_writer_meta(w, CL_STATE_PROCESSES, np));
+        REQUIRE_OK(cl_st_writer_meta(w, CL_STATE_ACCUMULATION, ac));
+    }
+    REQUIRE_OK(cl_st_writer_save(w, path));
+    cl_st_writer_free(w);
 }
 
 /* A random-weights resnet18 for 32x32 gray Fashion-MNIST saved as the
@@ -462,6 +491,78 @@ CL_TEST(mpi_run_shows_comm_wait)
     free(html);
 }
 
+/* The config section lists the config the run resolved, loaded through
+ * cl_config, in the recipe's groups; the process count is the newest
+ * training state's (either form of its global batch); --compare lists
+ * the keys whose values differ. */
+CL_TEST(config_and_processes_come_from_the_parsed_run)
+{
+    const char *dir = cl_test_path("parsed");
+    write_run(dir, 1, "0.1");
+    char args[1600], path[700];
+    snprintf(args, sizeof args, "report %s --no-eval", dir);
+    REQUIRE(cl_test_classic(args) == 0);
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *html = cl_test_read_file(path, NULL);
+    REQUIRE(html != NULL);
+    /* Every key once, in its group, the changed ones bold. */
+    CHECK(count(html, "<div class=\"cfg-group\"><h3>") >= 8);
+    CHECK(strstr(html, "<div class=\"cfg-group\"><h3>data</h3><table "
+                       "class=\"kv\"><tr><td>dataset</td>") != NULL);
+    CHECK(strstr(html, "<tr class=\"nondefault\"><td>epoch_size</td><td "
+                       "class=\"v\">3</td>") != NULL);
+    CHECK(strstr(html, "<tr><td>momentum</td>") != NULL);
+    CHECK(count(html, "<td>batch_size</td>") == 1);
+    /* No training state yet: no process count. */
+    CHECK(strstr(html, "processes (MPI ranks)") == NULL);
+    free(html);
+    /* Packed, as older files hold it; then a newer state of 2 processes. */
+    write_state(dir, "resnet18-e1-s8.state.safetensors", 4, 3, 1, 1);
+    REQUIRE(cl_test_classic(args) == 0);
+    html = cl_test_read_file(path, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "processes (MPI ranks)</td><td class=\"v\">3<") != NULL);
+    free(html);
+    sleep(1); /* a newer mtime however coarse the file system's clock */
+    write_state(dir, "resnet18-e2-s16.state.safetensors", 4, 2, 2, 0);
+    REQUIRE(cl_test_classic(args) == 0);
+    html = cl_test_read_file(path, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "processes (MPI ranks)</td><td class=\"v\">2<") != NULL);
+    free(html);
+    /* Two runs: only the keys that differ, ckpt_save_dir aside. */
+    const char *b = cl_test_path("parsed-b");
+    write_run(b, 1, "0.05");
+    const char *cmp = cl_test_path("parsed-cmp.html");
+    snprintf(args, sizeof args, "report --compare %s %s --out %s", dir, b, cmp);
+    REQUIRE(cl_test_classic(args) == 0);
+    html = cl_test_read_file(cmp, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "<tr><td>lr</td><td class=\"v\">0.1</td><td "
+                       "class=\"v\">0.05</td></tr>") != NULL);
+    const char *t = strstr(html, "id=\"cmp-config\"");
+    REQUIRE(t != NULL);
+    const char *end = strstr(t, "</table>");
+    REQUIRE(end != NULL);
+    int rows = 0;
+    for (const char *p = t; (p = strstr(p, "<tr><td>")) && p < end; p++)
+        rows++;
+    CHECK(rows == 1);
+    free(html);
+    /* A config.yaml that does not load is shown as written, with a note. */
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
+    spit(path, "# an old run\nlr: 0.1\nno_such_key: 1\n");
+    snprintf(args, sizeof args, "report %s --no-eval", dir);
+    REQUIRE(cl_test_classic(args) == 0);
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    html = cl_test_read_file(path, NULL);
+    REQUIRE(html != NULL);
+    CHECK(strstr(html, "does not load as a recipe") != NULL);
+    CHECK(strstr(html, "no_such_key: 1") != NULL);
+    CHECK(strstr(html, "<div class=\"cfg-group\">") == NULL);
+    free(html);
+}
+
 CL_TEST(errors_name_the_run_directory)
 {
     char args[1600];
@@ -537,6 +638,7 @@ CL_TEST(browser_full_report)
     const char *dir = cl_test_path("full");
     write_run(dir, 1, "0.1");
     write_checkpoint(dir);
+    write_state(dir, "resnet18-e3-s24.state.safetensors", 8, 4, 1, 0);
     if (cl_test_failed())
         return;
     const char *html = cl_test_path("full/report.html");

@@ -1015,3 +1015,15 @@ const char *cl_config_key_name(int i)
             return keys[r].name;
     return NULL;
 }
+
+const char *cl_config_key_group(int i)
+{
+    const char *group = NULL;
+    for (int r = 0; r < cl__config_nkeys; r++) {
+        if (!keys[r].name)
+            group = keys[r].help;
+        else if (i-- == 0)
+            return group;
+    }
+    return NULL;
+}

@@ -255,5 +255,9 @@ const char *cl_config_enum_name(const char *key, int v);
 /* Number of keys, and key i's name (for tools listing them). */
 int cl_config_key_count(void);
 const char *cl_config_key_name(int i);
+/* The heading of the group key i is listed under in config.yaml and
+ * --help ("data", "optimizer", ...); one pointer per group, so a change of
+ * pointer is a new group.  NULL out of range or before any heading. */
+const char *cl_config_key_group(int i);
 
 #endif

@@ -14,6 +14,7 @@
 #include "io/atomic.h"
 #include "report/report_internal.h"
 #include "train/metrics.h"
+#include "train/train_state.h"
 
 static const char css[] =
     ":root{--fg:#1f2937;--muted:#6b7280;--line:#e5e7eb;--bg:#f6f7f9}"
@@ -267,58 +268,16 @@ static double median_finite(const double *v, size_t n)
     return r;
 }
 
-/* The next line of config.yaml as a group heading ("# data") or a key and
- * its value text; 0 at the end. */
-static int cfg_next(const char **pp, char *key, size_t kn, char *val, size_t vn,
-                    int *group)
+/* The processes the run trained on, as its newest training state records
+ * them, or 0 when it has none. */
+static int run_processes(const cl__runlog *rl)
 {
-    const char *p = *pp;
-    while (*p) {
-        const char *e = p + strcspn(p, "\n");
-        const char *line = p;
-        size_t len = (size_t)(e - p);
-        p = *e ? e + 1 : e;
-        if (len == 0)
-            continue;
-        if (line[0] == '#') {
-            const char *t = line + 1;
-            while (t < line + len && *t == ' ')
-                t++;
-            size_t l = (size_t)(line + len - t);
-            /* Section headings are short; the file's preamble is not. */
-            if (l == 0 || l > 40 || memchr(t, ':', l))
-                continue;
-            snprintf(key, kn, "%.*s", (int)l, t);
-            val[0] = '\0';
-            *group = 1;
-            *pp = p;
-            return 1;
-        }
-        const char *colon = memchr(line, ':', len);
-        if (!colon || line[0] == ' ')
-            continue;
-        const char *v = colon + 1;
-        while (v < line + len && *v == ' ')
-            v++;
-        snprintf(key, kn, "%.*s", (int)(colon - line), line);
-        snprintf(val, vn, "%.*s", (int)(line + len - v), v);
-        *group = 0;
-        *pp = p;
-        return 1;
-    }
-    *pp = p;
-    return 0;
-}
-
-/* "N process(es)" from the config's first comment line, or 0. */
-static int header_ranks(const char *h)
-{
-    const char *p = strstr(h, " process");
-    if (!p)
+    cl_train_state_info in;
+    if (!rl->state[0] || cl_train_state_read_info(rl->state, &in) != CL_OK) {
+        cl_clear_error();
         return 0;
-    while (p > h && p[-1] >= '0' && p[-1] <= '9')
-        p--;
-    return atoi(p);
+    }
+    return in.processes;
 }
 
 /* ---- the run report ---------------------------------------------------- */
@@ -568,6 +527,10 @@ static cl_status evaluation(cl_strbuf *b, const cl__runlog *rl,
     return misclassified(b, ev);
 }
 
+/* The config the run resolved, key by key in the groups of the recipe
+ * (io/config.h's table), each value as config.yaml writes it; bold where
+ * it differs from the default.  A config.yaml this version does not load
+ * is shown as written only. */
 static cl_status config_section(cl_strbuf *b, const cl__runlog *rl)
 {
     CL_TRY(cl_strbuf_adds(b, "<h2 id=\"config\">Configuration<small>bold: "
@@ -575,31 +538,37 @@ static cl_status config_section(cl_strbuf *b, const cl__runlog *rl)
     if (!rl->config_text)
         return cl_strbuf_adds(b, "<p class=\"note\">No config.yaml in the "
                                  "run directory.</p>\n");
-    cl_config def;
-    cl_config_defaults(&def);
-    CL_TRY(cl_strbuf_adds(b, "<div class=\"cfg\">"));
-    const char *p = rl->config_text;
-    char key[128], val[1024], dv[1024];
-    int group, open = 0;
-    while (cfg_next(&p, key, sizeof key, val, sizeof val, &group)) {
-        if (group || !open) {
-            if (open)
-                CL_TRY(cl_strbuf_adds(b, "</table></div>"));
-            CL_TRY(cl_strbuf_adds(b, "<div class=\"cfg-group\"><h3>"));
-            CL_TRY(cl__html_esc(b, group ? key : "settings"));
-            CL_TRY(cl_strbuf_adds(b, "</h3><table class=\"kv\">"));
-            open = 1;
-            if (group)
-                continue;
+    if (rl->have_config) {
+        cl_config def;
+        cl_config_defaults(&def);
+        CL_TRY(cl_strbuf_adds(b, "<div class=\"cfg\">"));
+        const char *group = NULL;
+        char val[1024], dv[1024];
+        for (int i = 0; i < cl_config_key_count(); i++) {
+            const char *key = cl_config_key_name(i);
+            const char *g = cl_config_key_group(i);
+            if (i == 0 || g != group) {
+                if (i)
+                    CL_TRY(cl_strbuf_adds(b, "</table></div>"));
+                CL_TRY(cl_strbuf_adds(b, "<div class=\"cfg-group\"><h3>"));
+                CL_TRY(cl__html_esc(b, g ? g : "settings"));
+                CL_TRY(cl_strbuf_adds(b, "</h3><table class=\"kv\">"));
+                group = g;
+            }
+            CL_TRY(cl_config_get(&rl->cfg, key, val, sizeof val));
+            CL_TRY(cl_config_get(&def, key, dv, sizeof dv));
+            CL_TRY(kv_row(b, key, val,
+                          strcmp(dv, val) != 0 ? "nondefault" : NULL));
         }
-        int differs = cl_config_get(&def, key, dv, sizeof dv) == CL_OK &&
-                      strcmp(dv, val) != 0;
-        cl_clear_error();
-        CL_TRY(kv_row(b, key, val, differs ? "nondefault" : NULL));
+        if (cl_config_key_count() > 0)
+            CL_TRY(cl_strbuf_adds(b, "</table></div>"));
+        CL_TRY(cl_strbuf_adds(b, "</div>"));
+    } else {
+        CL_TRY(cl_strbuf_adds(b, "<p class=\"note\">config.yaml does not "
+                                 "load as a recipe of this version of "
+                                 "classic; it is shown as written.</p>"));
     }
-    if (open)
-        CL_TRY(cl_strbuf_adds(b, "</table></div>"));
-    CL_TRY(cl_strbuf_adds(b, "</div><details><summary>config.yaml as "
+    CL_TRY(cl_strbuf_adds(b, "<details><summary>config.yaml as "
                              "written</summary><pre>"));
     CL_TRY(cl__html_esc(b, rl->config_text));
     return cl_strbuf_adds(b, "</pre></details>\n");
@@ -620,7 +589,7 @@ static cl_status environment(cl_strbuf *b, const cl__runlog *rl,
     CL_TRY(kv_row(b, "classic (this report)", cl_version(), NULL));
     CL_TRY(kv_row(b, "oneDNN", dnnl, NULL));
     CL_TRY(kv_row(b, "CPU ISA (oneDNN)", cl_dnnl_isa_name(), NULL));
-    int ranks = header_ranks(rl->header);
+    int ranks = run_processes(rl);
     if (ranks > 0) {
         snprintf(v, sizeof v, "%d", ranks);
         CL_TRY(kv_row(b, "processes (MPI ranks)", v, NULL));
@@ -846,7 +815,7 @@ static cl_status cmp_table(cl_strbuf *b, const cl__runlog *r[2], const cols *c,
     return cl_strbuf_adds(b, "</table></div>\n");
 }
 
-/* Keys whose value text differs between the two config.yaml files. */
+/* Keys whose values differ between the two runs' configs. */
 static cl_status cmp_config(cl_strbuf *b, const cl__runlog *r[2],
                             const char *la, const char *lb)
 {
@@ -854,6 +823,10 @@ static cl_status cmp_config(cl_strbuf *b, const cl__runlog *r[2],
     if (!r[0]->config_text || !r[1]->config_text)
         return cl_strbuf_adds(b, "<p class=\"note\">A run has no "
                                  "config.yaml.</p>\n");
+    if (!r[0]->have_config || !r[1]->have_config)
+        return cl_strbuf_adds(b, "<p class=\"note\">A run's config.yaml "
+                                 "does not load as a recipe of this version "
+                                 "of classic.</p>\n");
     CL_TRY(cl_strbuf_adds(b, "<div class=\"panel\"><table class=\"kv\" "
                              "id=\"cmp-config\"><tr><th>key</th><th>"));
     CL_TRY(cl__html_esc(b, la));
@@ -861,29 +834,21 @@ static cl_status cmp_config(cl_strbuf *b, const cl__runlog *r[2],
     CL_TRY(cl__html_esc(b, lb));
     CL_TRY(cl_strbuf_adds(b, "</th></tr>"));
     int n = 0;
-    char ka[128], va[1024], kb[128], vb[1024];
-    int g;
-    const char *pa = r[0]->config_text;
-    while (cfg_next(&pa, ka, sizeof ka, va, sizeof va, &g)) {
-        if (g)
-            continue;
-        const char *pb = r[1]->config_text;
-        int found = 0;
-        while (cfg_next(&pb, kb, sizeof kb, vb, sizeof vb, &g))
-            if (!g && strcmp(ka, kb) == 0) {
-                found = 1;
-                break;
-            }
-        if (found && strcmp(va, vb) == 0)
-            continue;
-        if (strcmp(ka, "ckpt_save_dir") == 0)
+    char va[1024], vb[1024];
+    for (int i = 0; i < cl_config_key_count(); i++) {
+        const char *key = cl_config_key_name(i);
+        if (strcmp(key, "ckpt_save_dir") == 0)
             continue; /* always differs, and the header names the runs */
+        CL_TRY(cl_config_get(&r[0]->cfg, key, va, sizeof va));
+        CL_TRY(cl_config_get(&r[1]->cfg, key, vb, sizeof vb));
+        if (strcmp(va, vb) == 0)
+            continue;
         CL_TRY(cl_strbuf_adds(b, "<tr><td>"));
-        CL_TRY(cl__html_esc(b, ka));
+        CL_TRY(cl__html_esc(b, key));
         CL_TRY(cl_strbuf_adds(b, "</td><td class=\"v\">"));
         CL_TRY(cl__html_esc(b, va));
         CL_TRY(cl_strbuf_adds(b, "</td><td class=\"v\">"));
-        CL_TRY(cl__html_esc(b, found ? vb : "(absent)"));
+        CL_TRY(cl__html_esc(b, vb));
         CL_TRY(cl_strbuf_adds(b, "</td></tr>"));
         n++;
     }

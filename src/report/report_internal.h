@@ -39,16 +39,19 @@ typedef struct cl__runlog {
     int64_t resumes;   /* times the steps went back (resumed run) */
     char *config_text; /* config.yaml as written, or NULL */
     char header[256];  /* its first comment line, "" if none */
-    int have_config;   /* cfg parsed from config.yaml */
+    int have_config;   /* cfg parsed from config.yaml (cl_config_load_yaml_text)
+                        */
     cl_config cfg;
     char ckpt[1024];   /* best (else last) checkpoint, "" if none */
     char ckpt_kind[8]; /* "best", "last" or "latest" */
     int has_last;      /* a -last checkpoint exists: training ended */
+    char state[1024];  /* the newest training state (train/train_state.h),
+                          "" if none */
 } cl__runlog;
 
-/* Reads run_dir/metrics.jsonl (required) and config.yaml (optional) and
- * finds the checkpoint.  CL_ERR_IO naming the path when run_dir or the
- * log cannot be read. */
+/* Reads run_dir/metrics.jsonl (required) and config.yaml (optional, parsed
+ * into cfg) and finds the checkpoint and the newest training state.  CL_ERR_IO
+ * naming the path when run_dir or the log cannot be read. */
 cl_status cl__runlog_read(cl__runlog *rl, const char *run_dir);
 void cl__runlog_free(cl__runlog *rl);
 /* Parses a metrics.jsonl held in memory into rl (used by read, exposed

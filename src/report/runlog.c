@@ -172,19 +172,20 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* The best checkpoint, else the last, else the newest model file. */
+/* The best checkpoint, else the last, else the newest model file; and the
+ * newest training state. */
 static void find_ckpt(cl__runlog *rl)
 {
     DIR *d = opendir(rl->dir);
     if (!d)
         return;
-    char best[512] = "", last[512] = "", newest[512] = "";
-    double t_best = -1, t_last = -1, t_new = -1;
+    char best[512] = "", last[512] = "", newest[512] = "", state[512] = "";
+    double t_best = -1, t_last = -1, t_new = -1, t_state = -1;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (!ends_with(n, ".safetensors") || strstr(n, ".state.") ||
-            strstr(n, ".val.") || strlen(n) >= sizeof best)
+        if (!ends_with(n, ".safetensors") || strstr(n, ".val.") ||
+            strlen(n) >= sizeof best)
             continue;
         char path[1536];
         struct stat st;
@@ -192,7 +193,14 @@ static void find_ckpt(cl__runlog *rl)
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         double t = (double)st.st_mtime;
-        if (ends_with(n, "-best.safetensors") && t > t_best) {
+        if (strstr(n, ".state.")) {
+            /* Several are written within a second: to the nanosecond. */
+            double ts = t + 1e-9 * (double)st.st_mtim.tv_nsec;
+            if (ends_with(n, ".state.safetensors") && ts > t_state) {
+                snprintf(state, sizeof state, "%s", n);
+                t_state = ts;
+            }
+        } else if (ends_with(n, "-best.safetensors") && t > t_best) {
             snprintf(best, sizeof best, "%s", n);
             t_best = t;
         } else if (ends_with(n, "-last.safetensors") && t > t_last) {
@@ -212,6 +220,8 @@ static void find_ckpt(cl__runlog *rl)
     rl->has_last = last[0] != '\0';
     if (pick[0])
         snprintf(rl->ckpt, sizeof rl->ckpt, "%s/%s", rl->dir, pick);
+    if (state[0])
+        snprintf(rl->state, sizeof rl->state, "%s/%s", rl->dir, state);
 }
 
 static void read_config(cl__runlog *rl)
