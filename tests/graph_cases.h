@@ -1,7 +1,9 @@
 /* Small graphs that use the graph beyond ResNet (shared by the ref tests
  * of test_graph_general.c and the backend parity of
- * test_onednn_general.c), and how their params and batches are filled.
- * Header-only (static functions). */
+ * test_onednn_general.c), and how their params and batches are filled;
+ * the op-parity table of test_backend_ops.c takes its gather indices
+ * (BIAS_INDEX, nhwc_index, window_index) and mixed_step from here for its
+ * rows.  Header-only (static functions). */
 #ifndef CL_TESTS_GRAPH_CASES_H
 #define CL_TESTS_GRAPH_CASES_H
 
