@@ -128,7 +128,7 @@ void cl_pb_reader_sub(const cl_pb_reader *r, const cl_pb_field *f,
                       r->file);
 }
 
-static cl_status read_varint(cl_pb_reader *r, uint64_t *out)
+cl_status cl_pb_read_varint(cl_pb_reader *r, uint64_t *out)
 {
     uint64_t v = 0;
     size_t start = r->pos;
@@ -160,7 +160,7 @@ cl_status cl_pb_next(cl_pb_reader *r, cl_pb_field *f, int *more)
     memset(f, 0, sizeof *f);
     f->offset = r->base + r->pos;
     uint64_t k;
-    cl_status s = read_varint(r, &k);
+    cl_status s = cl_pb_read_varint(r, &k);
     if (s != CL_OK)
         return s;
     uint64_t number = k >> 3;
@@ -171,7 +171,7 @@ cl_status cl_pb_next(cl_pb_reader *r, cl_pb_field *f, int *more)
     f->wire = (int)(k & 7);
     switch (f->wire) {
     case CL_PB_VARINT:
-        if ((s = read_varint(r, &f->v)) != CL_OK)
+        if ((s = cl_pb_read_varint(r, &f->v)) != CL_OK)
             return s;
         *more = 1;
         return CL_OK;
@@ -191,7 +191,7 @@ cl_status cl_pb_next(cl_pb_reader *r, cl_pb_field *f, int *more)
     }
     case CL_PB_LEN: {
         uint64_t len;
-        if ((s = read_varint(r, &len)) != CL_OK)
+        if ((s = cl_pb_read_varint(r, &len)) != CL_OK)
             return s;
         if (len > r->n - r->pos)
             return cl_error(CL_ERR_FORMAT,

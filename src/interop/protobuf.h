@@ -63,6 +63,9 @@ void cl_pb_reader_init(cl_pb_reader *r, const void *p, size_t n, size_t base,
  * or longer than ten bytes, a length beyond the message, field number 0,
  * or a group / unknown wire type. */
 cl_status cl_pb_next(cl_pb_reader *r, cl_pb_field *f, int *more);
+/* One varint at r's position: the items of a packed repeated field (a
+ * LEN field's bytes, read by a sub-reader).  Errors as cl_pb_next's. */
+cl_status cl_pb_read_varint(cl_pb_reader *r, uint64_t *out);
 /* A reader over the bytes of LEN field f (inside r). */
 void cl_pb_reader_sub(const cl_pb_reader *r, const cl_pb_field *f,
                       cl_pb_reader *sub);

@@ -14,7 +14,7 @@ build="${BUILD:-$root/build-fuzz}"
 work="${FUZZ_WORK:-/tmp/classic-fuzz}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(idx cifar_bin cifar_tar jpeg png safetensors ckpt pth json yaml
+  targets=(idx cifar_bin cifar_tar jpeg png safetensors ckpt pth zip json yaml
            class_indexing gallery serve_infer serve_multipart serve_image)
 fi
 mkdir -p "$work/crashes"
