@@ -333,7 +333,8 @@ CL_TEST(eval_hflip_averages_image_and_mirror)
              cl_test_path("tta"));
     REQUIRE(cl_test_classic(args) == 0);
     /* The run's validation says it, in the log and in metrics.jsonl. */
-    CHECK(strstr(cl_test_out, "(100 samples, averaged with their mirrors)") !=
+    CHECK(strstr(cl_test_out,
+                 "(100 samples, averaged with their mirrors, precision f32)") !=
           NULL);
     const char *m = cl_test_slurp(cl_test_path("tta/metrics.jsonl"));
     REQUIRE(m != NULL);
