@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/opts.h"
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
@@ -79,25 +80,6 @@ cl_status cl_classifier_load(cl_classifier **out, const char *path,
     return cl_classifier_open(out, path, &o);
 }
 
-/* The caller's options into *o, read as far as its size says: fields a
- * caller built against an older header does not know stay zero. */
-static cl_status read_opts(const cl_classifier_opts *opts,
-                           cl_classifier_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    if (!opts)
-        return CL_OK;
-    if (opts->size < sizeof opts->size || opts->size > sizeof *o)
-        return cl_error(CL_ERR_ARG,
-                        "cl_classifier_open: opts->size is %zu, expected "
-                        "sizeof(cl_classifier_opts) (%zu in this library; "
-                        "a larger size means a program built against a newer "
-                        "classic.h)",
-                        opts->size, sizeof *o);
-    memcpy(o, opts, opts->size);
-    return CL_OK;
-}
-
 cl_status cl_classifier_open(cl_classifier **out, const char *path,
                              const cl_classifier_opts *opts)
 {
@@ -108,7 +90,8 @@ cl_status cl_classifier_open(cl_classifier **out, const char *path,
         return cl_error(CL_ERR_ARG, "cl_classifier_open: path is NULL");
     cl_classifier_opts o;
     cl_precision prec;
-    CL_TRY(read_opts(opts, &o));
+    CL_TRY(cl_api_read_opts(&o, sizeof o, opts, "cl_classifier_open",
+                            "cl_classifier_opts"));
     CL_TRY(cl_precision_parse(o.precision, &prec));
     cl_classifier *c = calloc(1, sizeof *c);
     if (!c)

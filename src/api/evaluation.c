@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/opts.h"
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/mem.h"
@@ -174,17 +175,8 @@ cl_status cl_evaluation_run(cl_evaluation **out, const char *path,
      * reads its options): a caller built against an older header passes a
      * smaller struct. */
     cl_eval_opts o;
-    memset(&o, 0, sizeof o);
-    if (opts) {
-        if (opts->size < sizeof opts->size || opts->size > sizeof o)
-            return cl_error(CL_ERR_ARG,
-                            "cl_evaluation_run: opts->size is %zu, expected "
-                            "sizeof(cl_eval_opts) (%zu in this library; a "
-                            "larger size means a program built against a "
-                            "newer classic.h)",
-                            opts->size, sizeof o);
-        memcpy(&o, opts, opts->size);
-    }
+    CL_TRY(cl_api_read_opts(&o, sizeof o, opts, "cl_evaluation_run",
+                            "cl_eval_opts"));
     cl_evaluation *e = calloc(1, sizeof *e);
     if (!e)
         return cl_error(CL_ERR_NOMEM, "cl_evaluation_run: out of memory");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/opts.h"
 #include "classic/classic.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -58,23 +59,6 @@ static int on_event(void *ctx, const cl_train_event *e)
         return 1;
     }
     return 0;
-}
-
-/* The caller's options as far as its size says, the rest zero. */
-static cl_status read_opts(const cl_train_opts *opts, cl_train_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    if (!opts)
-        return CL_OK;
-    if (opts->size < sizeof opts->size || opts->size > sizeof *o)
-        return cl_error(CL_ERR_ARG,
-                        "cl_train_ex: opts->size is %zu, expected "
-                        "sizeof(cl_train_opts) (%zu in this library; a "
-                        "larger size means a program built against a newer "
-                        "classic.h)",
-                        opts->size, sizeof *o);
-    memcpy(o, opts, opts->size);
-    return CL_OK;
 }
 
 /* Whether MPI is up now (initialised, not finalised), by whoever. */
@@ -149,7 +133,8 @@ cl_status cl_train_ex(const char *config_path, const char *config_text,
                         "cl_train: %d overrides given but the list is %s",
                         n_overrides, overrides ? "there" : "NULL");
     cl_train_opts o;
-    CL_TRY(read_opts(opts, &o));
+    CL_TRY(
+        cl_api_read_opts(&o, sizeof o, opts, "cl_train_ex", "cl_train_opts"));
     cl_config cfg;
     cl_strbuf notes;
     cl_strbuf_init(&notes);
