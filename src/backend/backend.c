@@ -68,19 +68,31 @@ void cl_backend_destroy(cl_backend *be)
     cl_free(be);
 }
 
+/* The plan's statistics through the vtable; all zero without a backend or
+ * a stats entry. */
+static cl_backend_stats plan_stats(const cl_backend *be)
+{
+    cl_backend_stats s = {0};
+    if (be && be->vt && be->vt->stats)
+        be->vt->stats(be, &s);
+    return s;
+}
+
 const char *cl_backend_conv_paths(const cl_backend *be)
 {
-    return be ? cl_dnnl_conv_paths(be) : NULL;
+    return plan_stats(be).conv_paths;
 }
 
 void cl_backend_tune_counts(const cl_backend *be, int *measured, int *rewritten)
 {
-    cl_dnnl_tune_counts(be, measured, rewritten);
+    const cl_backend_stats s = plan_stats(be);
+    *measured = s.tune_measured;
+    *rewritten = s.tune_rewritten;
 }
 
 unsigned cl_backend_fallback_ops(const cl_backend *be)
 {
-    return be ? cl_dnnl_fallback_ops(be) : 0;
+    return plan_stats(be).fallback_ops;
 }
 
 void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n)

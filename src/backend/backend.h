@@ -6,6 +6,7 @@
 #ifndef CL_BACKEND_BACKEND_H
 #define CL_BACKEND_BACKEND_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +70,27 @@ typedef struct cl_backend_opts {
     unsigned fallback_ops;
 } cl_backend_opts;
 
+/* A set of ops is a mask of bits 1u << op (cl_backend_opts.fallback_ops,
+ * cl_backend_stats.fallback_ops): every op needs its bit. */
+_Static_assert(CL_OP_COUNT <= sizeof(unsigned) * CHAR_BIT,
+               "more ops than bits in an unsigned: the op masks of "
+               "backend.h need a wider type");
+
+/* What a plan decided and measured, for the caller to log or keep (read
+ * through cl_backend_conv_paths, cl_backend_tune_counts and
+ * cl_backend_fallback_ops). */
+typedef struct cl_backend_stats {
+    /* Each conv's backward, one character per node, owned by the backend
+     * (cl_backend_opts.conv_paths takes it back); NULL where there is no
+     * choice to make. */
+    const char *conv_paths;
+    /* With autotune: conv backward passes measured both ways, and of
+     * those the ones planned the other way. */
+    int tune_measured, tune_rewritten;
+    /* Ops whose nodes run the reference fallback (bits 1u << op). */
+    unsigned fallback_ops;
+} cl_backend_stats;
+
 typedef struct cl_backend_vtbl {
     const char *name;
     /* Non-zero if the backend runs this node (of graph g, whose tensor
@@ -92,6 +114,9 @@ typedef struct cl_backend_vtbl {
      * load): refresh any copies the backend keeps (reordered or bf16
      * weights, folded BN). */
     cl_status (*sync_params)(cl_backend *be);
+    /* Fills *out (zeroed by the caller) with what the plan chose; NULL for
+     * a backend that chooses nothing (all zero, conv_paths NULL). */
+    void (*stats)(const cl_backend *be, cl_backend_stats *out);
     /* Frees be->priv and all it holds, also after a plan that failed half
      * way (cl_backend_create calls it then); cl_backend_destroy frees be
      * itself afterwards. */

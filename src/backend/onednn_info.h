@@ -45,8 +45,5 @@ int cl_dnnl_profile_start(struct cl_backend *be);
 /* Up to cap of the kinds timed since, most time first; their count. */
 int cl_dnnl_profile_rows(const struct cl_backend *be, cl_dnnl_prof_row *rows,
                          int cap);
-/* The ops of the plan run by the reference fallback (bits 1u << op); 0
- * for another backend. */
-unsigned cl_dnnl_fallback_ops(const struct cl_backend *be);
 
 #endif

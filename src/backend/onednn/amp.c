@@ -31,12 +31,12 @@ cl_status cl_dnnl_value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
     }
     if (t->cast < 0) {
         t->cast_md = md_as(&t->md, dt);
-        TRY(cl_dnnl_md_store(d, &t->cast_md, &t->cast));
-        TRY(cl_dnnl_reorder_make(d, i, "precision cast", &t->md, &t->cast_md,
-                                 &pd, &prim));
+        TRY_GOTO(cl_dnnl_md_store(d, &t->cast_md, &t->cast));
+        TRY_GOTO(cl_dnnl_reorder_make(d, i, "precision cast", &t->md,
+                                      &t->cast_md, &pd, &prim));
         for (int k = 0; k < n_fwd_lists(d); k++) {
-            TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "precision cast", i, pd,
-                                  prim, &s));
+            TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, k), i, "precision cast",
+                                       i, pd, prim, &s));
             cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, t->store, &t->md);
             cl_dnnl_arg_store(d, s, DNNL_ARG_TO, t->cast, &t->cast_md);
         }
@@ -53,20 +53,12 @@ cl_status cl_dnnl_bwd_copy(dn_ctx *d, int i, const char *what, int s,
                            const dnnl_memory_desc_t *md,
                            const dnnl_memory_desc_t *want, int *store)
 {
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *r;
     *store = s;
     if (md_eq(md, want))
         return CL_OK;
-    TRY(cl_dnnl_md_store(d, want, store));
-    TRY(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &r));
-    cl_dnnl_arg_store(d, r, DNNL_ARG_FROM, s, md);
-    cl_dnnl_arg_store(d, r, DNNL_ARG_TO, *store, want);
-fail:
-    return st;
+    CL_TRY(cl_dnnl_md_store(d, want, store));
+    return cl_dnnl_reorder_step(d, &d->bwd, i, tb(d, i), what, s, md, *store,
+                                want);
 }
 
 /* Gradient store ds (md) in type dt for node i's backward. */
@@ -91,8 +83,8 @@ cl_status cl_dnnl_weight_copy(dn_ctx *d, int node, const char *what,
     *copy = cl_alloc(md_size(md), "onednn: weight copy");
     if (!*copy)
         return CL_ERR_NOMEM;
-    TRY(cl_dnnl_reorder_make(d, node, what, plain, md, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->sync, node, what, 0, pd, prim, &s));
+    TRY_GOTO(cl_dnnl_reorder_make(d, node, what, plain, md, &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, &d->sync, node, what, 0, pd, prim, &s));
     cl_dnnl_arg_ext(s, DNNL_ARG_FROM, src, plain);
     cl_dnnl_arg_ext(s, DNNL_ARG_TO, *copy, md);
 fail:

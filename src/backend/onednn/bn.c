@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/onednn/bn.h"
 #include "backend/onednn/internal.h"
 
 /* ---- the loops on oneDNN's layouts -----------------------------------------
@@ -61,43 +62,6 @@ BN_INLINE void st_act(void *p, size_t i, float v, int bf)
 BN_INLINE float bn_pre(float x, float m, float s, float b)
 {
     return (x - m) * s + b;
-}
-
-int cl_bn_layout_make(cl_bn_layout *l, const char *tag, int N, int C,
-                      int64_t HW)
-{
-    int B;
-    if (strcmp(tag, "nChw16c") == 0)
-        B = 16;
-    else if (strcmp(tag, "nChw8c") == 0)
-        B = 8;
-    else if (strcmp(tag, "nChw4c") == 0)
-        B = 4;
-    else if (strcmp(tag, "nhwc") == 0 || strcmp(tag, "nchw") == 0)
-        B = 0;
-    else
-        return 0;
-    l->N = N;
-    l->C = C;
-    l->HW = HW;
-    if (B) { /* blocked: channels padded to whole blocks */
-        int64_t cpad = ((int64_t)C + B - 1) / B * B;
-        l->B = B;
-        l->sb = (int64_t)B * HW;
-        l->sp = B;
-        l->sn = cpad * HW;
-    } else if (tag[1] == 'h') { /* nhwc */
-        l->B = C;
-        l->sb = 0;
-        l->sp = C;
-        l->sn = (int64_t)C * HW;
-    } else { /* nchw */
-        l->B = 1;
-        l->sb = HW;
-        l->sp = 1;
-        l->sn = (int64_t)C * HW;
-    }
-    return 1;
 }
 
 /* Lanes per group: the widest of 16 and 8 that divides both the block and
@@ -480,52 +444,6 @@ void cl_dnnl_bn_backward_dx(void *dx, const void *dy, const void *x,
 /* ---- planning and running the BN steps -------------------------------------
  */
 
-/* The activation layouts the loops above and the unstride step work on: those
- * oneDNN picks for 4-D f32 and bf16 activations on any x86 ISA (blocked
- * by 16 on AVX-512, by 8 on AVX2, channels-last for bf16 on AMX, plain
- * for a graph's input). */
-static const struct {
-    dnnl_format_tag_t tag;
-    const char *name;
-} act_layouts[] = {{dnnl_nChw16c, "nChw16c"},
-                   {dnnl_nChw8c, "nChw8c"},
-                   {dnnl_nChw4c, "nChw4c"},
-                   {dnnl_nhwc, "nhwc"},
-                   {dnnl_nchw, "nchw"}};
-
-/* The index in act_layouts of md's layout, or -1. */
-
-/* The index in act_layouts of md's layout, or -1. */
-int cl_dnnl_md_act_tag(const dnnl_memory_desc_t *md)
-{
-    if (md->ndims != 4 ||
-        (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16))
-        return -1;
-    for (int k = 0; k < (int)(sizeof act_layouts / sizeof act_layouts[0]);
-         k++) {
-        dnnl_memory_desc_t t;
-        if (dnnl_memory_desc_init_by_tag(&t, 4, md->dims, md->data_type,
-                                         act_layouts[k].tag) == dnnl_success &&
-            md_eq(&t, md))
-            return k;
-    }
-    return -1;
-}
-
-dnnl_format_tag_t cl_dnnl_act_layout_tag(int k)
-{
-    return act_layouts[k].tag;
-}
-
-/* Fills *l and returns 1 if md is one of act_layouts, else returns 0. */
-int cl_dnnl_md_act_layout(const dnnl_memory_desc_t *md, cl_bn_layout *l)
-{
-    int k = cl_dnnl_md_act_tag(md);
-    return k >= 0 &&
-           cl_bn_layout_make(l, act_layouts[k].name, (int)md->dims[0],
-                             (int)md->dims[1], md->dims[2] * md->dims[3]);
-}
-
 static cl_status bn_stats(dn_ctx *d, const dn_step *s)
 {
     cl_graph *g = d->g;
@@ -675,7 +593,7 @@ cl_status cl_dnnl_bn_fwd(dn_ctx *d, int i)
     const cl_batchnorm2d_attr *a = &n->attr.batchnorm2d;
     dn_bn *x = &d->nd[i].u.bn;
     dn_step *s;
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t md = *in_md(d, n->in[0]), cmd;
     md_1d(&cmd, a->channels);
     if (!cl_dnnl_md_act_layout(&md, &x->lay))
@@ -685,26 +603,26 @@ cl_status cl_dnnl_bn_fwd(dn_ctx *d, int i)
                         "nhwc and nchw)",
                         n->name);
     int src = d->t[rep(d, n->in[0])].store;
-    TRY(cl_dnnl_set_md(d, n->out, &md, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &md, -1));
     int dst = d->t[rep(d, n->out)].store;
     if (2 * (size_t)a->channels + 1 > d->sync_len)
         d->sync_len = 2 * (size_t)a->channels + 1;
     if (d->mode == CL_PLAN_TRAIN) {
-        TRY(cl_dnnl_md_store(d, &cmd, &x->mean));
-        TRY(cl_dnnl_md_store(d, &cmd, &x->var));
-        TRY(cl_dnnl_step_run(d, &d->fwd_train, bn_run_train, i,
-                             "batch normalization forward", i, &s));
+        TRY_GOTO(cl_dnnl_md_store(d, &cmd, &x->mean));
+        TRY_GOTO(cl_dnnl_md_store(d, &cmd, &x->var));
+        TRY_GOTO(cl_dnnl_step_run(d, &d->fwd_train, bn_run_train, i,
+                                  "batch normalization forward", i, &s));
         cl_dnnl_arg_store(d, s, 0, src, &md);
         cl_dnnl_arg_store(d, s, 1, dst, &md);
         cl_dnnl_arg_store(d, s, 2, x->mean, &cmd);
         cl_dnnl_arg_store(d, s, 3, x->var, &cmd);
-        TRY(cl_dnnl_step_run(d, &d->fwd_train, bn_stats, i,
-                             "running statistics", i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, &d->fwd_train, bn_stats, i,
+                                  "running statistics", i, &s));
         cl_dnnl_arg_store(d, s, 0, x->mean, &cmd);
         cl_dnnl_arg_store(d, s, 1, x->var, &cmd);
     }
-    TRY(cl_dnnl_step_run(d, &d->fwd_eval, bn_run_infer, i,
-                         "batch normalization inference", i, &s));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->fwd_eval, bn_run_infer, i,
+                              "batch normalization inference", i, &s));
     cl_dnnl_arg_store(d, s, 0, src, &md);
     cl_dnnl_arg_store(d, s, 1, dst, &md);
 fail:
@@ -722,23 +640,23 @@ cl_status cl_dnnl_bn_bwd(dn_ctx *d, int i)
     int dy, tgt, acc;
     const dnnl_memory_desc_t *md = in_md(d, n->in[0]);
     md_1d(&cmd, a->channels);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0) {
         /* The parameters still need gradients: dx goes to a scratch. */
-        TRY(cl_dnnl_md_store(d, md, &tgt));
+        TRY_GOTO(cl_dnnl_md_store(d, md, &tgt));
     }
-    TRY(cl_dnnl_step_run(d, &d->bwd, bn_run_backward, i,
-                         "batch normalization backward", tb(d, i), &s));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, bn_run_backward, i,
+                              "batch normalization backward", tb(d, i), &s));
     cl_dnnl_arg_store(d, s, 0, tgt, md);
     cl_dnnl_arg_store(d, s, 1, dy, md);
     cl_dnnl_arg_store(d, s, 2, d->t[rep(d, n->in[0])].store, md);
     cl_dnnl_arg_store(d, s, 3, x->mean, &cmd);
     cl_dnnl_arg_store(d, s, 4, x->var, &cmd);
     if (acc)
-        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
-    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
-    TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+        TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+    TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[0]));
+    TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[1]));
 fail:
     return st;
 }

@@ -133,7 +133,7 @@ cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, dnnl_alg_kind_t act,
 {
     cl_status st = CL_OK;
     dnnl_post_ops_t po = NULL;
-    CL_TRY(cl_dnnl_attr_new(d, attr));
+    TRY_GOTO(cl_dnnl_attr_new(d, attr));
     if (!sum && act == dnnl_alg_kind_undef)
         return CL_OK;
     DN(dnnl_post_ops_create(&po), -1, "post-ops");
@@ -148,7 +148,8 @@ cl_status cl_dnnl_attr_post(dn_ctx *d, int sum, dnnl_alg_kind_t act,
 fail:
     if (po)
         dnnl_post_ops_destroy(po);
-    dnnl_primitive_attr_destroy(*attr);
+    if (*attr)
+        dnnl_primitive_attr_destroy(*attr);
     *attr = NULL;
     return st;
 }
@@ -165,8 +166,8 @@ static cl_status prim_from_pd(dn_ctx *d, int node, const char *what,
         return st;
     }
     d->pds[d->n_pds++] = pd;
-    CL_TRY(cl_dnnl_grow((void **)&d->prims, &d->cap_prims, d->n_prims + 1,
-                        sizeof *d->prims, "onednn: primitives"));
+    TRY_GOTO(cl_dnnl_grow((void **)&d->prims, &d->cap_prims, d->n_prims + 1,
+                          sizeof *d->prims, "onednn: primitives"));
     DN(dnnl_primitive_create(prim, pd), node, what);
     d->prims[d->n_prims++] = *prim;
     dnnl_memory_desc_t smd = cl_dnnl_qmd(pd, dnnl_query_scratchpad_md, 0);
@@ -189,7 +190,7 @@ cl_status cl_dnnl_prim_make(dn_ctx *d, int node, const char *what,
     cl_status st = CL_OK;
     dnnl_primitive_attr_t own = NULL;
     if (!attr) {
-        CL_TRY(cl_dnnl_attr_new(d, &own));
+        TRY_GOTO(cl_dnnl_attr_new(d, &own));
         attr = own;
     }
     *pd = NULL;
@@ -212,7 +213,7 @@ cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
 {
     cl_status st = CL_OK;
     dnnl_primitive_attr_t attr = NULL;
-    CL_TRY(cl_dnnl_attr_new(d, &attr));
+    TRY_GOTO(cl_dnnl_attr_new(d, &attr));
     *pd = NULL;
     DN(dnnl_reorder_primitive_desc_create(pd, src, d->eng, dst, d->eng, attr),
        node, what);
@@ -299,6 +300,25 @@ cl_status cl_dnnl_step_prim(dn_ctx *d, dn_list *l, int node, const char *what,
         a->md = smd;
     }
     return CL_OK;
+}
+
+/* A reorder of store from (md) into store to (want): a primitive of its
+ * own, one step in list l at time. */
+cl_status cl_dnnl_reorder_step(dn_ctx *d, dn_list *l, int i, int time,
+                               const char *what, int from,
+                               const dnnl_memory_desc_t *md, int to,
+                               const dnnl_memory_desc_t *want)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    TRY_GOTO(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, l, i, what, time, pd, prim, &s));
+    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, from, md);
+    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, to, want);
+fail:
+    return st;
 }
 
 void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a)

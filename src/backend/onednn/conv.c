@@ -95,14 +95,14 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     int wnd = conv_wdims(d, i, wdims);
     conv_geometry(d, i, strides, dil, pl, pr);
     if (xin)
-        TRY(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
+        TRY_GOTO(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
     else
         cl_dnnl_md_any(&smd, 4, sdims, conv_dt(d));
     cl_dnnl_md_any(&wmd, wnd, wdims, conv_dt(d));
     cl_dnnl_md_plain(&wplain, wnd, wdims);
     md_1d(&bmd, a->out_ch);
     if (x->sum >= 0) {
-        TRY(cl_dnnl_ensure_input_md(d, x->sum));
+        TRY_GOTO(cl_dnnl_ensure_input_md(d, x->sum));
         dmd = *in_md(d, x->sum);
     } else if (d->be->opts.channels_last) {
         DN(dnnl_memory_desc_init_by_tag(&dmd, 4, ddims, act_dt(d), dnnl_nhwc),
@@ -114,24 +114,24 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
            dnnl_convolution_direct, &smd, &wmd, has_bias ? &bmd : NULL, &dmd,
            strides, dil, pl, pr),
        i, "convolution forward descriptor");
-    TRY(cl_dnnl_attr_post(
+    TRY_GOTO(cl_dnnl_attr_post(
         d, x->sum >= 0, d->nd[i].relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
         &attr));
-    TRY(cl_dnnl_prim_make(d, i, "convolution forward", &cd, attr, NULL, &pd,
-                          &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution forward", &cd, attr, NULL,
+                               &pd, &prim));
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;
     d->nd[i].fwd_pd = pd;
     if (!xin) {
         smd = cl_dnnl_qmd(pd, dnnl_query_src_md, 0);
-        TRY(cl_dnnl_set_md(d, n->in[0], &smd, -1));
+        TRY_GOTO(cl_dnnl_set_md(d, n->in[0], &smd, -1));
         src = d->t[rep(d, n->in[0])].store;
     }
     x->src = src;
     x->src_md = smd;
     dmd = cl_dnnl_qmd(pd, dnnl_query_dst_md, 0);
-    TRY(cl_dnnl_set_md(d, n->out, &dmd,
-                       x->sum >= 0 ? d->t[rep(d, x->sum)].store : -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &dmd,
+                            x->sum >= 0 ? d->t[rep(d, x->sum)].store : -1));
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
     if (fold) {
@@ -142,18 +142,18 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
             st = CL_ERR_NOMEM;
             goto fail;
         }
-        TRY(cl_dnnl_step_run(d, &d->sync, fold_bn, i, "fold batch norm", 0,
-                             &f));
+        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, fold_bn, i, "fold batch norm", 0,
+                                  &f));
         /* Folded weights are made in d->fold, then reordered. */
-        TRY(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, d->fold,
-                                &x->w_md, &x->w));
+        TRY_GOTO(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, d->fold,
+                                     &x->w_md, &x->w));
     } else if (!md_eq(&x->w_md, &wplain)) {
-        TRY(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w, &x->w_md,
-                                &x->w));
+        TRY_GOTO(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w,
+                                     &x->w_md, &x->w));
     }
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "convolution forward", i,
-                              pd, prim, &s));
+        TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, k), i, "convolution forward",
+                                   i, pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         cl_dnnl_arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
         if (fold)
@@ -267,9 +267,10 @@ static cl_status plan_wgrad_matmul(dn_ctx *d, int i, int dy,
     const int64_t C = a->in_ch, O = a->out_ch;
     const int64_t P = dmd->dims[0] * dmd->dims[2] * dmd->dims[3];
     const int64_t KC = (int64_t)a->kh * a->kw * C;
-    TRY(nhwc_copy(d, i, "weight gradient: dy to NHWC", dy, dmd, &dyh, &dys));
-    TRY(nhwc_copy(d, i, "weight gradient: src to NHWC", x->src, &x->src_md, &xh,
-                  &xhs));
+    TRY_GOTO(
+        nhwc_copy(d, i, "weight gradient: dy to NHWC", dy, dmd, &dyh, &dys));
+    TRY_GOTO(nhwc_copy(d, i, "weight gradient: src to NHWC", x->src, &x->src_md,
+                       &xh, &xhs));
     dnnl_dims_t bdims = {P, KC}, cdims = {O, KC}, adims = {O, P};
     dnnl_dims_t astr = {1, O};
     DN(dnnl_memory_desc_init_by_strides(&amd, 2, adims, dyh.data_type, astr), i,
@@ -282,30 +283,30 @@ static cl_status plan_wgrad_matmul(dn_ctx *d, int i, int dy,
                   a->ph != 0 || a->pw != 0;
     cols = xhs;
     if (patches) {
-        TRY(cl_dnnl_md_store(d, &bmd, &cols));
-        TRY(cl_dnnl_step_run(d, &d->bwd, im2col, i, "weight gradient: im2col",
-                             tb(d, i), &s));
+        TRY_GOTO(cl_dnnl_md_store(d, &bmd, &cols));
+        TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, im2col, i,
+                                  "weight gradient: im2col", tb(d, i), &s));
         cl_dnnl_arg_store(d, s, 0, xhs, &xh);
         cl_dnnl_arg_store(d, s, 1, cols, &bmd);
     }
     DN(dnnl_matmul_desc_init(&mm, &amd, &bmd, NULL, &cmd), i,
        "weight gradient matmul descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "weight gradient matmul", &mm, NULL, NULL, &pd,
-                          &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "weight gradient matmul", tb(d, i), pd,
-                          prim, &s));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "weight gradient matmul", &mm, NULL, NULL,
+                               &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, &d->bwd, i, "weight gradient matmul",
+                               tb(d, i), pd, prim, &s));
     cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, dys, &amd);
     cl_dnnl_arg_store(d, s, DNNL_ARG_WEIGHTS, cols, &bmd);
     if (a->kh == 1 && a->kw == 1) {
         cl_dnnl_arg_ext(s, DNNL_ARG_DST, gw, &cmd);
         return CL_OK;
     }
-    TRY(cl_dnnl_md_store(d, &cmd, &tmp));
+    TRY_GOTO(cl_dnnl_md_store(d, &cmd, &tmp));
     cl_dnnl_arg_store(d, s, DNNL_ARG_DST, tmp, &cmd);
     DN(dnnl_memory_desc_init_by_tag(&wohwi, 4, wplain->dims, dnnl_f32,
                                     dnnl_ohwi),
        i, "weight gradient matmul");
-    TRY(cl_dnnl_diff_weights_back(d, i, tmp, &wohwi, wplain, gw));
+    TRY_GOTO(cl_dnnl_diff_weights_back(d, i, tmp, &wohwi, wplain, gw));
 fail:
     return st;
 }
@@ -349,7 +350,7 @@ static int dgrad_unstrided(dn_ctx *d, int i)
 }
 
 /* An unstride step: args[0] dx on the stride grid, args[1] dx, both
- * of one type and in the node's layout (one of act_layouts, found at plan
+ * of one type and in the node's layout (one of layout.c's, found at plan
  * time); each plane of channel blocks is copied a whole block-pixel at a
  * time, the pixels off the grid zeroed. */
 static cl_status unstride(dn_ctx *d, const dn_step *s)
@@ -412,12 +413,12 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
     DN(dnnl_convolution_backward_data_desc_init(
            &cd, dnnl_convolution_direct, &gmd, &wany, dmd, one, zero, zero),
        i, what);
-    TRY(cl_dnnl_prim_make(d, i, what, &cd, NULL, hint, &pd, &prim));
-    TRY(cl_dnnl_md_store(d, &gmd, &gs));
-    TRY(cl_dnnl_bwd_data_step(d, i, what, pd, prim, dy, dmd, wplain, w, gs,
-                              &gmd));
-    TRY(cl_dnnl_step_run(d, &d->bwd, unstride, i, "backward data: unstride",
-                         tb(d, i), &s));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, what, &cd, NULL, hint, &pd, &prim));
+    TRY_GOTO(cl_dnnl_md_store(d, &gmd, &gs));
+    TRY_GOTO(cl_dnnl_bwd_data_step(d, i, what, pd, prim, dy, dmd, wplain, w, gs,
+                                   &gmd));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, unstride, i,
+                              "backward data: unstride", tb(d, i), &s));
     cl_dnnl_arg_store(d, s, 0, gs, &gmd);
     cl_dnnl_arg_store(d, s, 1, tgt, dxmd);
 fail:
@@ -447,8 +448,8 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
     const dnnl_memory_desc_t *dxmd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = &d->t[rep(d, n->out)].md;
     float *w = cl_graph_param(g, n->param[0]);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
     dmd = &dyc_md;
     dy = dyc;
     int wnd = conv_wdims(d, i, wdims);
@@ -459,8 +460,8 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
     d->part = 1;
     if (wgrad_as_matmul(d, i)) {
         path |= 1;
-        TRY(plan_wgrad_matmul(d, i, dy, dmd, &wplain, gw));
-        TRY(cl_dnnl_hook_step(d, i, n->param[0]));
+        TRY_GOTO(plan_wgrad_matmul(d, i, dy, dmd, &wplain, gw));
+        TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[0]));
         goto data;
     }
     cl_dnnl_md_any(&wf32, wnd, wdims, dnnl_f32); /* weight gradients stay f32 */
@@ -469,31 +470,32 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
            &cd, dnnl_convolution_direct, smd, &wf32, a->has_bias ? &bmd : NULL,
            dmd, strides, dil, pl, pr),
        i, "convolution backward weights descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "convolution backward weights", &cd, NULL,
-                          d->nd[i].fwd_pd, &pd, &prim));
-    TRY(cl_dnnl_wgrad_step(d, i, "convolution backward weights", pd, prim, xs,
-                           smd, dy, dmd, &wplain, a->has_bias ? &bmd : NULL));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution backward weights", &cd, NULL,
+                               d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_wgrad_step(d, i, "convolution backward weights", pd, prim,
+                                xs, smd, dy, dmd, &wplain,
+                                a->has_bias ? &bmd : NULL));
 
 data:
     d->part = 2;
-    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+    TRY_GOTO(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         goto fail;
     if (dgrad_unstrided(d, i)) {
         path |= 2;
-        TRY(plan_dgrad_unstrided(d, i, dy, dmd, &wplain, w, tgt));
+        TRY_GOTO(plan_dgrad_unstrided(d, i, dy, dmd, &wplain, w, tgt));
     } else {
         DN(dnnl_dilated_convolution_backward_data_desc_init(
                &cd, dnnl_convolution_direct, dxmd, &wany, dmd, strides, dil, pl,
                pr),
            i, "convolution backward data descriptor");
-        TRY(cl_dnnl_prim_make(d, i, "convolution backward data", &cd, NULL,
-                              d->nd[i].fwd_pd, &pd, &prim));
-        TRY(cl_dnnl_bwd_data_step(d, i, "convolution backward data", pd, prim,
-                                  dy, dmd, &wplain, w, tgt, dxmd));
+        TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution backward data", &cd, NULL,
+                                   d->nd[i].fwd_pd, &pd, &prim));
+        TRY_GOTO(cl_dnnl_bwd_data_step(d, i, "convolution backward data", pd,
+                                       prim, dy, dmd, &wplain, w, tgt, dxmd));
     }
     if (acc)
-        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+        TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[0], tgt));
 fail:
     d->part = 0;
     d->paths[i] = (char)('0' + path);

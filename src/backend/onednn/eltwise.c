@@ -14,7 +14,7 @@ static cl_status eltwise_fwd(dn_ctx *d, int i, dnnl_alg_kind_t alg,
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dn_step *s;
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t md = *in_md(d, n->in[0]);
     DN(dnnl_eltwise_forward_desc_init(&ed,
                                       d->mode == CL_PLAN_TRAIN
@@ -22,11 +22,12 @@ static cl_status eltwise_fwd(dn_ctx *d, int i, dnnl_alg_kind_t alg,
                                           : dnnl_forward_inference,
                                       alg, &md, 0.0f, 0.0f),
        i, what);
-    TRY(cl_dnnl_prim_make(d, i, what, &ed, NULL, NULL, &pd, &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, what, &ed, NULL, NULL, &pd, &prim));
     d->nd[i].fwd_pd = pd;
-    TRY(cl_dnnl_set_md(d, n->out, &md, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &md, -1));
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, what, i, pd, prim, &s));
+        TRY_GOTO(
+            cl_dnnl_step_prim(d, fwd_list(d, k), i, what, i, pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store,
                           &md);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &md);
@@ -48,13 +49,14 @@ static cl_status eltwise_bwd(dn_ctx *d, int i, dnnl_alg_kind_t alg,
     dn_step *s;
     int dy, tgt, acc;
     const dnnl_memory_desc_t *md = in_md(d, n->out);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
     DN(dnnl_eltwise_backward_desc_init(&ed, alg, md, md, 0.0f, 0.0f), i, what);
-    TRY(cl_dnnl_prim_make(d, i, what, &ed, NULL, d->nd[i].fwd_pd, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
+    TRY_GOTO(
+        cl_dnnl_prim_make(d, i, what, &ed, NULL, d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
     if (reads_dst)
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, md);
     else
@@ -62,7 +64,7 @@ static cl_status eltwise_bwd(dn_ctx *d, int i, dnnl_alg_kind_t alg,
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, md);
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, md);
     if (acc)
-        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+        TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[0], tgt));
 fail:
     return st;
 }

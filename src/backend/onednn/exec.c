@@ -1,8 +1,8 @@
 /* The oneDNN backend's execution: the steps of a plan run in order (oneDNN
- * primitives, the backend's own loops, the gradient-ready hook), the
- * backend's vtable, and what a plan reports about itself. */
+ * primitives, the backend's own loops, the gradient-ready hook), their
+ * memory objects, and the calls of a planned backend (set_input, forward,
+ * backward, read, sync_params) that the vtable (onednn.c) points to. */
 #include <dnnl.h>
-#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -13,8 +13,6 @@
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/timer.h"
-
-enum { DN_PROF_KINDS = 256 };
 
 /* Adds t seconds to the row of step s's kind (its name and op). */
 static void profile_add(dn_ctx *d, const dn_step *s, double t)
@@ -52,7 +50,7 @@ cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
             }
             break;
         case STEP_RUN:
-            TRY(s->run(d, s));
+            TRY_GOTO(s->run(d, s));
             break;
         }
         if (t0 > 0.0)
@@ -118,52 +116,8 @@ void cl_dnnl_ftz(void)
 #endif
 }
 
-static void dn_destroy(cl_backend *be)
-{
-    dn_ctx *d = be->priv;
-    if (!d)
-        return;
-    cl_dnnl_free_list(&d->fwd_train);
-    cl_dnnl_free_list(&d->fwd_eval);
-    cl_dnnl_free_list(&d->bwd);
-    cl_dnnl_free_list(&d->sync);
-    cl_dnnl_free_list(&d->in);
-    for (int k = 0; k < d->n_prims; k++)
-        dnnl_primitive_destroy(d->prims[k]);
-    for (int k = 0; k < d->n_pds; k++)
-        dnnl_primitive_desc_destroy(d->pds[k]);
-    cl_free(d->prims);
-    cl_free(d->pds);
-    for (int i = 0; d->nd && i < d->g->n_nodes; i++) {
-        const dn_op *op = &cl_dnnl_ops[d->g->nodes[i].op];
-        if (d->nd[i].fallback)
-            cl_dnnl_fallback_free(&d->nd[i]);
-        else if (op->free)
-            op->free(&d->nd[i]);
-    }
-    cl_free(d->sprof);
-    cl_free(d->nd);
-    cl_free(d->t);
-    cl_free(d->ncons);
-    cl_free(d->lastc);
-    cl_free(d->st);
-    cl_free(d->arena);
-    cl_free(d->scratch);
-    cl_free(d->sync_sums);
-    cl_free(d->paths);
-    cl_free(d->fold);
-    cl_free(d->labels);
-    cl_free(d->targets);
-    if (d->strm)
-        dnnl_stream_destroy(d->strm);
-    if (d->eng)
-        dnnl_engine_destroy(d->eng);
-    cl_free(d);
-    be->priv = NULL;
-}
-
-static cl_status dn_set_input(cl_backend *be, const float *x,
-                              const int32_t *labels, const float *targets)
+cl_status cl_dnnl_set_input(cl_backend *be, const float *x,
+                            const int32_t *labels, const float *targets)
 {
     cl_status st = CL_OK;
     dn_ctx *d = be->priv;
@@ -182,12 +136,12 @@ static cl_status dn_set_input(cl_backend *be, const float *x,
                 if (s->args[a].kind == REF_USER)
                     DN(dnnl_memory_set_data_handle(s->mem[a], (void *)x), -1,
                        "input handle");
-            TRY(cl_dnnl_run_list(d, &d->in));
+            TRY_GOTO(cl_dnnl_run_list(d, &d->in));
         }
     }
     d->has_labels = d->has_targets = 0;
     if (labels && g->loss >= 0) {
-        TRY(cl_softmax_ce_check_labels(labels, g->batch, g->num_classes));
+        TRY_GOTO(cl_softmax_ce_check_labels(labels, g->batch, g->num_classes));
         memcpy(d->labels, labels, sizeof(int32_t) * (size_t)g->batch);
         d->has_labels = 1;
     }
@@ -200,7 +154,7 @@ fail:
     return st;
 }
 
-static cl_status dn_forward(cl_backend *be, int training, float *loss)
+cl_status cl_dnnl_forward(cl_backend *be, int training, float *loss)
 {
     dn_ctx *d = be->priv;
     if (training && d->mode != CL_PLAN_TRAIN)
@@ -222,7 +176,7 @@ static cl_status dn_forward(cl_backend *be, int training, float *loss)
     return CL_OK;
 }
 
-static cl_status dn_backward(cl_backend *be)
+cl_status cl_dnnl_backward(cl_backend *be)
 {
     dn_ctx *d = be->priv;
     if (d->mode != CL_PLAN_TRAIN || d->g->loss < 0)
@@ -238,7 +192,7 @@ static cl_status dn_backward(cl_backend *be)
     return cl_dnnl_run_list(d, &d->bwd);
 }
 
-static cl_status dn_read(cl_backend *be, int tensor, float *out)
+cl_status cl_dnnl_read(cl_backend *be, int tensor, float *out)
 {
     cl_status st = CL_OK;
     dn_ctx *d = be->priv;
@@ -295,91 +249,9 @@ fail:
     return st;
 }
 
-static cl_status dn_sync_params(cl_backend *be)
+cl_status cl_dnnl_sync_params(cl_backend *be)
 {
     dn_ctx *d = be->priv;
     d->dirty = 1;
     return CL_OK;
-}
-
-const cl_backend_vtbl cl_backend_onednn_vtbl = {
-    .name = "onednn",
-    .supports = cl_dnnl_supports,
-    .plan = cl_dnnl_plan,
-    .set_input = dn_set_input,
-    .forward = dn_forward,
-    .backward = dn_backward,
-    .read = dn_read,
-    .sync_params = dn_sync_params,
-    .destroy = dn_destroy,
-};
-
-int cl_dnnl_profile_start(cl_backend *be)
-{
-    dn_ctx *d = be->priv;
-    if (be->vt != &cl_backend_onednn_vtbl || !d)
-        return -1;
-    if (!d->sprof)
-        d->sprof =
-            cl_alloc(sizeof *d->sprof * DN_PROF_KINDS, "onednn: profile");
-    d->n_sprof = 0;
-    return d->sprof ? 0 : -1;
-}
-
-static int by_seconds_desc(const void *a, const void *b)
-{
-    const double x = ((const cl_dnnl_prof_row *)a)->seconds;
-    const double y = ((const cl_dnnl_prof_row *)b)->seconds;
-    return (x < y) - (x > y);
-}
-
-int cl_dnnl_profile_rows(const cl_backend *be, cl_dnnl_prof_row *rows, int cap)
-{
-    const dn_ctx *d = be->priv;
-    if (be->vt != &cl_backend_onednn_vtbl || !d || !d->sprof)
-        return 0;
-    cl_dnnl_prof_row all[DN_PROF_KINDS];
-    memcpy(all, d->sprof, sizeof *all * (size_t)d->n_sprof);
-    qsort(all, (size_t)d->n_sprof, sizeof *all, by_seconds_desc);
-    const int n = d->n_sprof < cap ? d->n_sprof : cap;
-    memcpy(rows, all, sizeof *rows * (size_t)n);
-    return n;
-}
-
-int cl_dnnl_plan_steps(const cl_backend *be, const char *what)
-{
-    const dn_ctx *d = be->priv;
-    if (be->vt != &cl_backend_onednn_vtbl || !d)
-        return -1;
-    const dn_list *l[] = {&d->fwd_train, &d->fwd_eval, &d->bwd, &d->sync,
-                          &d->in};
-    int count = 0;
-    for (size_t k = 0; k < sizeof l / sizeof l[0]; k++)
-        for (int j = 0; j < l[k]->n; j++)
-            count += strcmp(l[k]->s[j].what, what) == 0;
-    return count;
-}
-
-const char *cl_dnnl_conv_paths(const cl_backend *be)
-{
-    const dn_ctx *d = be->priv;
-    if (be->vt != &cl_backend_onednn_vtbl || !d)
-        return NULL;
-    return d->paths;
-}
-
-void cl_dnnl_tune_counts(const cl_backend *be, int *measured, int *rewritten)
-{
-    const dn_ctx *d = be->priv;
-    int ok = be->vt == &cl_backend_onednn_vtbl && d;
-    *measured = ok ? d->tune_measured : 0;
-    *rewritten = ok ? d->tune_rewritten : 0;
-}
-
-unsigned cl_dnnl_fallback_ops(const cl_backend *be)
-{
-    const dn_ctx *d = be->priv;
-    if (be->vt != &cl_backend_onednn_vtbl || !d)
-        return 0;
-    return d->fallback_ops;
 }

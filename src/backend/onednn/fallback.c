@@ -89,24 +89,6 @@ static cl_status run_backward(dn_ctx *d, const dn_step *s)
     return cl_ref_kernels[a.n->op].backward(&a);
 }
 
-/* A reorder of store from (md) into store to (want) in list l at time. */
-static cl_status copy_in(dn_ctx *d, dn_list *l, int i, int time,
-                         const char *what, int from,
-                         const dnnl_memory_desc_t *md, int to,
-                         const dnnl_memory_desc_t *want)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    TRY(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, l, i, what, time, pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, from, md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, to, want);
-fail:
-    return st;
-}
-
 cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -117,14 +99,15 @@ cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i)
     dnnl_data_type_t out_dt = dnnl_f32;
     dn_step *s;
     size_t sums;
-    TRY(cl_ref_saved_alloc(&f->sv, d->g, n, d->mode == CL_PLAN_TRAIN, &sums));
+    TRY_GOTO(
+        cl_ref_saved_alloc(&f->sv, d->g, n, d->mode == CL_PLAN_TRAIN, &sums));
     if (sums > d->sync_len)
         d->sync_len = sums;
     for (int k = 0; k < n->n_in; k++) {
         int x = n->in[k];
         if (!reads(d, x))
             continue;
-        TRY(cl_dnnl_ensure_input_md(d, x));
+        TRY_GOTO(cl_dnnl_ensure_input_md(d, x));
         const dn_tensor *t = &d->t[rep(d, x)];
         if (k == 0)
             out_dt = t->md.data_type;
@@ -133,28 +116,30 @@ cl_status cl_dnnl_fallback_fwd(dn_ctx *d, int i)
             f->x[k] = t->store;
             continue;
         }
-        TRY(cl_dnnl_md_store(d, &xm[k], &f->x[k]));
+        TRY_GOTO(cl_dnnl_md_store(d, &xm[k], &f->x[k]));
         for (int l = 0; l < n_fwd_lists(d); l++)
-            TRY(copy_in(d, fwd_list(d, l), i, i, "fallback: input to plain",
-                        t->store, &t->md, f->x[k], &xm[k]));
+            TRY_GOTO(cl_dnnl_reorder_step(d, fwd_list(d, l), i, i,
+                                          "fallback: input to plain", t->store,
+                                          &t->md, f->x[k], &xm[k]));
     }
     const cl_shape *ys = &gt(d, n->out)->shape;
     dims_of(ys, dims);
     cl_dnnl_md_plain(&ym, ys->ndim, dims);
-    TRY(cl_dnnl_md_store(d, &ym, &f->y));
+    TRY_GOTO(cl_dnnl_md_store(d, &ym, &f->y));
     om = md_as(&ym, out_dt);
-    TRY(cl_dnnl_set_md(d, n->out, &om, out_dt == dnnl_f32 ? f->y : -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &om, out_dt == dnnl_f32 ? f->y : -1));
     for (int l = 0; l < n_fwd_lists(d); l++) {
-        TRY(cl_dnnl_step_run(d, fwd_list(d, l), run_forward, i,
-                             "reference fallback forward", i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, l), run_forward, i,
+                                  "reference fallback forward", i, &s));
         s->aux = d->mode == CL_PLAN_TRAIN && l == 0; /* training forward */
         for (int k = 0; k < n->n_in; k++)
             if (f->x[k] >= 0)
                 cl_dnnl_arg_store(d, s, FB_X + k, f->x[k], &xm[k]);
         cl_dnnl_arg_store(d, s, FB_Y, f->y, &ym);
         if (out_dt != dnnl_f32)
-            TRY(copy_in(d, fwd_list(d, l), i, i, "fallback: output cast", f->y,
-                        &ym, d->t[rep(d, n->out)].store, &om));
+            TRY_GOTO(cl_dnnl_reorder_step(d, fwd_list(d, l), i, i,
+                                          "fallback: output cast", f->y, &ym,
+                                          d->t[rep(d, n->out)].store, &om));
     }
 fail:
     return st;
@@ -170,8 +155,9 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
     int tgt[CL_NODE_MAX_IN], acc[CL_NODE_MAX_IN], dx[CL_NODE_MAX_IN];
     int dy;
     dn_step *s;
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_bwd_copy(d, i, "fallback: dy to plain", dy, omd, &ym, &dy));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(
+        cl_dnnl_bwd_copy(d, i, "fallback: dy to plain", dy, omd, &ym, &dy));
     /* Where each input's gradient goes, and its plain f32 buffer; only the
      * inputs the op differentiates (cl_op_grad_inputs) have one. */
     const unsigned wants = cl_op_grad_inputs(n->op);
@@ -185,15 +171,15 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
         xm[k] = plain_f32(md);
         if (gt(d, x)->kind != CL_GT_ACT || !(wants >> k & 1u))
             continue;
-        TRY(cl_dnnl_grad_target(d, i, x, &tgt[k], &acc[k]));
+        TRY_GOTO(cl_dnnl_grad_target(d, i, x, &tgt[k], &acc[k]));
         if (tgt[k] < 0)
             continue;
         dx[k] = tgt[k];
         if (!md_eq(md, &xm[k]))
-            TRY(cl_dnnl_md_store(d, &xm[k], &dx[k]));
+            TRY_GOTO(cl_dnnl_md_store(d, &xm[k], &dx[k]));
     }
-    TRY(cl_dnnl_step_run(d, &d->bwd, run_backward, i,
-                         "reference fallback backward", tb(d, i), &s));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, run_backward, i,
+                              "reference fallback backward", tb(d, i), &s));
     for (int k = 0; k < n->n_in; k++)
         if (f->x[k] >= 0)
             cl_dnnl_arg_store(d, s, FB_X + k, f->x[k], &xm[k]);
@@ -207,13 +193,14 @@ cl_status cl_dnnl_fallback_bwd(dn_ctx *d, int i)
             continue;
         const dnnl_memory_desc_t *md = &d->t[rep(d, n->in[k])].md;
         if (dx[k] != tgt[k])
-            TRY(copy_in(d, &d->bwd, i, tb(d, i), "fallback: gradient back",
-                        dx[k], &xm[k], tgt[k], md));
+            TRY_GOTO(cl_dnnl_reorder_step(d, &d->bwd, i, tb(d, i),
+                                          "fallback: gradient back", dx[k],
+                                          &xm[k], tgt[k], md));
         if (acc[k])
-            TRY(cl_dnnl_accumulate(d, i, n->in[k], tgt[k]));
+            TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[k], tgt[k]));
     }
     for (int j = 0; j < n->n_param; j++)
-        TRY(cl_dnnl_hook_step(d, i, n->param[j]));
+        TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[j]));
 fail:
     return st;
 }

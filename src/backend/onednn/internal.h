@@ -2,18 +2,34 @@
  * context, its steps and arena stores, the per-op node data, and the table
  * of op planners.
  *
- * A plan, in order (plan.c): (1) lowering decides which nodes fuse into
- * which (lower.c: BN + ReLU, add + ReLU; for inference conv + BN + add +
- * ReLU); (2) forward and backward steps are planned node by node through
- * the op table (one file per op family: conv.c, bn.c, eltwise.c, pool.c,
- * linear.c, add.c, loss.c, norm.c, softmax.c; fallback.c for the ops the
- * table lacks), each
- * step naming arena buffers ("stores") or external memory (the graph's
- * arenas, reordered weight copies); each use stamps the store with the
- * step's time; (3) the arena is laid out by those lifetimes (context.c);
- * (4) oneDNN memory objects are made once for every argument.  The steps
- * then only execute (exec.c).  Mixed precision (amp.c) decides the types
- * of what each step reads. */
+ * A plan, in order (onednn.c calls plan.c, tune.c, plan.c): (1) the
+ * context and which nodes fall back to the reference kernels
+ * (plan.c); (2) the way of each conv's backward (tune.c); (3) lowering
+ * decides which nodes fuse into which (the op table's lower entries,
+ * lower.c: BN + ReLU, add + ReLU; for inference conv + BN + add + ReLU);
+ * (4) forward and backward steps are planned node by node through the op
+ * table (one file per op family: conv.c, bn.c, eltwise.c, pool.c,
+ * linear.c, add.c, loss.c, norm.c, softmax.c, matmul.c with attention.c,
+ * tokens.c; fallback.c for the ops the table lacks), each step naming
+ * arena buffers ("stores") or external memory (the graph's arenas,
+ * reordered weight copies); each use stamps the store with the step's
+ * time; (5) the arena is laid out by those lifetimes (context.c); (6)
+ * oneDNN memory objects are made once for every argument.  The steps then
+ * only execute (exec.c).
+ *
+ * The files call one way only (scripts/check-call-graph.sh holds it):
+ *
+ *   onednn.c (the vtable and its plan)
+ *     -> tune.c -> plan.c (the op table, the plan driver)
+ *     -> the op files above
+ *     -> the helpers they share: plain.c (plain views) -> grad.c
+ *        (backward planning) -> amp.c (copies in another type), and
+ *        layout.c (activation layouts)
+ *     -> context.c (stores, descriptors, primitives, steps, the arena)
+ *
+ * and exec.c (running the steps) below plan.c, tune.c and onednn.c.  A
+ * helper that two op files need goes into a helper file, never into an op
+ * file or plan.c. */
 #ifndef CL_BACKEND_ONEDNN_INTERNAL_H
 #define CL_BACKEND_ONEDNN_INTERNAL_H
 
@@ -22,8 +38,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "backend/onednn/bn.h"
 #include "backend/onednn/context.h"
+#include "backend/onednn/layout.h"
 #include "backend/ref_ops.h"
 #include "core/error.h"
 #include "core/mem.h"
@@ -232,21 +248,11 @@ struct dn_ctx {
     int n_sprof;
 };
 
-/* ---- the op table ---------------------------------------------------------
+/* ---- the op planners -------------------------------------------------------
  *
- * One entry per op (plan.c).  An op whose fwd is NULL is not supported
- * here (supports() says so) and runs through the reference fallback. */
-typedef struct dn_op {
-    void (*init)(dn_node *x);           /* node data defaults, or NULL */
-    void (*lower)(dn_ctx *d, int i);    /* fusion decisions, or NULL */
-    cl_status (*fwd)(dn_ctx *d, int i); /* plans the forward steps */
-    cl_status (*bwd)(dn_ctx *d, int i); /* plans the backward, or NULL */
-    void (*free)(dn_node *x);           /* frees node data, or NULL */
-} dn_op;
-
-extern const dn_op cl_dnnl_ops[CL_OP_COUNT];
-
-/* Each op family's planners (one file each). */
+ * Each op family's planners (one file each), the entries of the op table
+ * (plan.c): init sets a node's data to its defaults, lower makes its
+ * fusion decisions, fwd and bwd plan its steps, free frees its data. */
 void cl_dnnl_weighted_init(dn_node *x);
 void cl_dnnl_weighted_free(dn_node *x);
 void cl_dnnl_conv_lower(dn_ctx *d, int i);
@@ -311,7 +317,12 @@ void cl_dnnl_fallback_free(dn_node *x);
 cl_status cl_dnnl_fail(const dn_ctx *d, dnnl_status_t s, int node,
                        const char *what);
 
-/* Checks a dnnl call inside a function with `cl_status st` and `fail:`. */
+/* Error checks.  A function either returns at the first error (CL_TRY,
+ * core/error.h), or declares `cl_status st = CL_OK` and a `fail:` label
+ * that undoes what it made and returns st, and then checks every call
+ * with TRY_GOTO and DN, both of which set st and jump to fail:.  Never
+ * both kinds in one function.  DN checks a dnnl call, making its status a
+ * cl_status that names the node and what failed. */
 #define DN(call, node, what)                                                   \
     do {                                                                       \
         dnnl_status_t dn__s = (call);                                          \
@@ -321,7 +332,7 @@ cl_status cl_dnnl_fail(const dn_ctx *d, dnnl_status_t s, int node,
         }                                                                      \
     } while (0)
 
-#define TRY(expr)                                                              \
+#define TRY_GOTO(expr)                                                         \
     do {                                                                       \
         st = (expr);                                                           \
         if (st != CL_OK)                                                       \
@@ -489,6 +500,12 @@ void cl_dnnl_arg_ext(dn_step *s, int arg, void *ptr,
 cl_status cl_dnnl_step_prim(dn_ctx *d, dn_list *l, int node, const char *what,
                             int time, const_dnnl_primitive_desc_t pd,
                             dnnl_primitive_t prim, dn_step **out);
+/* A reorder of store from (md) into store to (want) as a step of node i in
+ * list l at time. */
+cl_status cl_dnnl_reorder_step(dn_ctx *d, dn_list *l, int i, int time,
+                               const char *what, int from,
+                               const dnnl_memory_desc_t *md, int to,
+                               const dnnl_memory_desc_t *want);
 void *cl_dnnl_arg_ptr(const dn_ctx *d, const dn_arg *a);
 /* The memory of argument k of step s (the backend's own loops). */
 static inline void *dn_step_arg(const dn_ctx *d, const dn_step *s, int k)
@@ -499,7 +516,7 @@ cl_status cl_dnnl_set_md(dn_ctx *d, int t, const dnnl_memory_desc_t *md,
                          int store);
 cl_status cl_dnnl_ensure_input_md(dn_ctx *d, int x);
 
-/* ---- plain views (tokens.c) -------------------------------------------------
+/* ---- plain views (plain.c) --------------------------------------------------
  *
  * Ops that see an activation as rows (tokens.c, matmul.c, linear over rank
  * 3 and up, layernorm, softmax) read it plain (row-major): a conv's output may
@@ -521,15 +538,6 @@ cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
 /* A plain md of nd dims in type dt. */
 void cl_dnnl_md_plain_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
                          dnnl_data_type_t dt);
-
-/* ---- lowering (lower.c) ---------------------------------------------------
- */
-
-void cl_dnnl_lower(dn_ctx *d);
-/* Fuses a ReLU that is the only reader of node i's output. */
-void cl_dnnl_fuse_relu(dn_ctx *d, int i);
-/* Whether backward of the node producing rep tensor r reads r's value. */
-int cl_dnnl_bwd_reads_dst(const dn_ctx *d, int r);
 
 /* ---- mixed precision (amp.c) ----------------------------------------------
  */
@@ -558,7 +566,7 @@ cl_status cl_dnnl_weight_copy(dn_ctx *d, int node, const char *what,
                               const dnnl_memory_desc_t *plain, void *src,
                               const dnnl_memory_desc_t *md, float **copy);
 
-/* ---- backward planning shared by the op families (plan.c) ---------------- */
+/* ---- backward planning shared by the op families (grad.c) ---------------- */
 
 cl_status cl_dnnl_grad_target(dn_ctx *d, int i, int x, int *store, int *acc);
 cl_status cl_dnnl_accumulate(dn_ctx *d, int i, int x, int src);
@@ -583,10 +591,7 @@ cl_status cl_dnnl_bwd_data_step(dn_ctx *d, int i, const char *what,
                                 int dy, const dnnl_memory_desc_t *dmd,
                                 const dnnl_memory_desc_t *wplain, float *w,
                                 int dx, const dnnl_memory_desc_t *dxmd);
-cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode);
-int cl_dnnl_supports(const cl_graph *g, const cl_node *n);
-
-/* ---- activation layouts (bn.c) ------------------------------------------- */
+/* ---- activation layouts (layout.c, layout.h) ---------------------------- */
 
 /* The index of md's layout among those BN and the stride grid work on, or
  * -1; the format tag of index k. */
@@ -605,12 +610,34 @@ int cl_dnnl_dgrad_grid_ok(const cl_graph *g, int i);
 /* d->paths before planning: the caller's, measured, or the thresholds. */
 cl_status cl_dnnl_choose_paths(dn_ctx *d);
 
+/* ---- the plan (plan.c) -----------------------------------------------------
+ *
+ * The vtable's plan (onednn.c) is begin, cl_dnnl_choose_paths, build;
+ * destroy frees what any of them made. */
+
+int cl_dnnl_supports(const cl_graph *g, const cl_node *n);
+/* The context (be->priv), node data, the fallback decisions. */
+cl_status cl_dnnl_plan_begin(cl_backend *be, cl_graph *g, cl_plan_mode mode);
+/* Lowering, the steps, the arena and the memory objects. */
+cl_status cl_dnnl_plan_build(dn_ctx *d);
+void cl_dnnl_destroy(cl_backend *be);
+
 /* ---- execution (exec.c) ---------------------------------------------------
  */
+
+/* Kinds of step cl_dnnl_profile_start times at most. */
+enum { DN_PROF_KINDS = 256 };
 
 cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l);
 cl_status cl_dnnl_bind_list(dn_ctx *d, dn_list *l);
 void cl_dnnl_free_list(dn_list *l);
 void cl_dnnl_ftz(void);
+/* The vtable's entries that run a plan (backend.h says what each does). */
+cl_status cl_dnnl_set_input(cl_backend *be, const float *x,
+                            const int32_t *labels, const float *targets);
+cl_status cl_dnnl_forward(cl_backend *be, int training, float *loss);
+cl_status cl_dnnl_backward(cl_backend *be);
+cl_status cl_dnnl_read(cl_backend *be, int tensor, float *out);
+cl_status cl_dnnl_sync_params(cl_backend *be);
 
 #endif

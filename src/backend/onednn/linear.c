@@ -41,16 +41,16 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     dnnl_primitive_t prim;
     dn_step *s;
     dnnl_dims_t wdims, ddims = {0, a->out_features};
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd, full;
     int src;
     const int tok = linear_tokens(d, i);
     if (tok) {
         dnnl_dims_t sd = {linear_rows(d, i), a->in_features};
-        TRY(cl_dnnl_plain_value(d, i, n->in[0], conv_dt(d), &full, &src));
+        TRY_GOTO(cl_dnnl_plain_value(d, i, n->in[0], conv_dt(d), &full, &src));
         cl_dnnl_md_plain_dt(&smd, 2, sd, conv_dt(d));
     } else {
-        TRY(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
+        TRY_GOTO(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
     }
     x->src = src;
     x->src_md = smd;
@@ -76,29 +76,29 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
                                     : dnnl_forward_inference,
            &smd, &wmd, a->has_bias ? &bmd : NULL, &dmd),
        i, "inner product forward descriptor");
-    TRY(cl_dnnl_attr_post(
+    TRY_GOTO(cl_dnnl_attr_post(
         d, 0, d->nd[i].gelu ? dnnl_eltwise_gelu_erf : dnnl_alg_kind_undef,
         &attr));
-    TRY(cl_dnnl_prim_make(d, i, "inner product forward", &ipd, attr, NULL, &pd,
-                          &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "inner product forward", &ipd, attr, NULL,
+                               &pd, &prim));
     d->nd[i].fwd_pd = pd;
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
     if (!md_eq(&x->w_md, &wplain))
-        TRY(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w, &x->w_md,
-                                &x->w));
+        TRY_GOTO(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w,
+                                     &x->w_md, &x->w));
     if (tok) {
         const cl_shape *ys = &gt(d, n->out)->shape;
         dnnl_dims_t yd;
         dims_of(ys, yd);
         cl_dnnl_md_plain_dt(&full, ys->ndim, yd, act_dt(d));
-        TRY(cl_dnnl_set_md(d, n->out, &full, -1));
+        TRY_GOTO(cl_dnnl_set_md(d, n->out, &full, -1));
     } else {
-        TRY(cl_dnnl_set_md(d, n->out, &dmd, -1));
+        TRY_GOTO(cl_dnnl_set_md(d, n->out, &dmd, -1));
     }
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "inner product forward", i,
-                              pd, prim, &s));
+        TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, k), i,
+                                   "inner product forward", i, pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         cl_dnnl_arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
         if (a->has_bias)
@@ -132,8 +132,8 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
     const dnnl_memory_desc_t *dxmd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = in_md(d, n->out);
     float *w = cl_graph_param(g, n->param[0]);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_grad_as(d, i, dy, dmd, conv_dt(d), &dyc_md, &dyc));
     dy = dyc;
     if (tok) { /* the same plain memory as (rows, out) */
         dnnl_dims_t dd = {linear_rows(d, i), a->out_features};
@@ -149,35 +149,35 @@ cl_status cl_dnnl_linear_bwd(dn_ctx *d, int i)
     DN(dnnl_inner_product_backward_weights_desc_init(
            &ipd, smd, &wf32, a->has_bias ? &bmd : NULL, dmd),
        i, "inner product backward weights descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "inner product backward weights", &ipd, NULL,
-                          d->nd[i].fwd_pd, &pd, &prim));
-    TRY(cl_dnnl_wgrad_step(d, i, "inner product backward weights", pd, prim,
-                           x->src, smd, dy, dmd, &wplain,
-                           a->has_bias ? &bmd : NULL));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "inner product backward weights", &ipd,
+                               NULL, d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_wgrad_step(d, i, "inner product backward weights", pd,
+                                prim, x->src, smd, dy, dmd, &wplain,
+                                a->has_bias ? &bmd : NULL));
 
     if (tok) {
-        TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
+        TRY_GOTO(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
         if (tgt < 0)
             return CL_OK;
         dnnl_dims_t xd = {linear_rows(d, i), a->in_features};
         cl_dnnl_md_plain_dt(&dx2, 2, xd, pm.data_type);
         dxmd = &dx2;
     } else {
-        TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+        TRY_GOTO(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
         if (tgt < 0)
             return CL_OK;
         dx = tgt;
     }
     DN(dnnl_inner_product_backward_data_desc_init(&ipd, dxmd, &wany, dmd), i,
        "inner product backward data descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "inner product backward data", &ipd, NULL,
-                          d->nd[i].fwd_pd, &pd, &prim));
-    TRY(cl_dnnl_bwd_data_step(d, i, "inner product backward data", pd, prim, dy,
-                              dmd, &wplain, w, dx, dxmd));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "inner product backward data", &ipd, NULL,
+                               d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_bwd_data_step(d, i, "inner product backward data", pd,
+                                   prim, dy, dmd, &wplain, w, dx, dxmd));
     if (tok)
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
+        TRY_GOTO(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
     else if (acc)
-        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+        TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[0], tgt));
 fail:
     return st;
 }

@@ -67,10 +67,10 @@ cl_status cl_dnnl_loss_fwd(dn_ctx *d, int i)
                         "%s: softmax cross-entropy needs plain (N, K) logits",
                         n->name);
     if (d->mode == CL_PLAN_TRAIN)
-        TRY(cl_dnnl_md_store(d, &plain, &d->t[lg].dstore));
+        TRY_GOTO(cl_dnnl_md_store(d, &plain, &d->t[lg].dstore));
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_run(d, fwd_list(d, k), softmax_ce, i,
-                             "softmax cross-entropy", i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, k), softmax_ce, i,
+                                  "softmax cross-entropy", i, &s));
         cl_dnnl_arg_store(d, s, 0, d->t[lg].store, &plain);
         if (d->t[lg].dstore >= 0)
             cl_dnnl_arg_store(d, s, 1, d->t[lg].dstore, &plain);

@@ -1,14 +1,15 @@
-/* The oneDNN backend's lowering: which nodes fuse into which before any
- * primitive is made (BN + ReLU, add + ReLU; for inference conv + BN + add
- * + ReLU as one convolution with post-ops; row_gathers that only re-view
- * a matmul's operand or output), and where an add may write over its
- * input.  A fused node is skipped at planning; its output shares the
+/* The oneDNN backend's lowering: the op table's `lower` entries, which
+ * plan.c calls in graph order before any primitive is made.  They decide
+ * which nodes fuse into which (BN + ReLU, add + ReLU; for inference conv +
+ * BN + add + ReLU as one convolution with post-ops; row_gathers that only
+ * re-view a matmul's operand or output), and where an add may write over
+ * its input.  A fused node is skipped at planning; its output shares the
  * storage of the node it fused into. */
 #include "backend/onednn/internal.h"
 #include "core/mem.h"
 
 /* Fuses a ReLU that is the only reader of node i's output. */
-void fuse_relu(dn_ctx *d, int i)
+static void fuse_relu(dn_ctx *d, int i)
 {
     const cl_node *n = &d->g->nodes[i];
     int j = only_consumer(d, n->out);
@@ -104,7 +105,7 @@ void cl_dnnl_bn_lower(dn_ctx *d, int i)
 }
 
 /* Whether backward of the node producing rep tensor r reads r's value. */
-int cl_dnnl_bwd_reads_dst(const dn_ctx *d, int r)
+static int bwd_reads_dst(const dn_ctx *d, int r)
 {
     int p = gt(d, r)->producer;
     if (p < 0)
@@ -129,7 +130,7 @@ static void lower_add_inplace(dn_ctx *d, int i)
         int x = n->in[k];
         if (d->ncons[x] != 1 || is_edge(d, x) || is_edge(d, rep(d, x)))
             continue;
-        if (d->mode == CL_PLAN_TRAIN && cl_dnnl_bwd_reads_dst(d, rep(d, x)))
+        if (d->mode == CL_PLAN_TRAIN && bwd_reads_dst(d, rep(d, x)))
             continue;
         d->nd[i].u.add.inplace = 1;
         d->nd[i].u.add.swap = k == 1;
@@ -406,16 +407,4 @@ void cl_dnnl_droppath_lower(dn_ctx *d, int i)
         return;
     d->nd[i].skip = 1;
     d->t[n->out].rep = rep(d, n->in[0]);
-}
-
-/* Every node's fusion decisions, in graph order; a node that fused into
- * an earlier one, or runs the reference fallback, decides nothing. */
-void cl_dnnl_lower(dn_ctx *d)
-{
-    cl_graph *g = d->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const dn_op *op = &cl_dnnl_ops[g->nodes[i].op];
-        if (!d->nd[i].skip && !d->nd[i].fallback && op->lower)
-            op->lower(d, i);
-    }
 }

@@ -90,14 +90,14 @@ static cl_status mm_step(dn_ctx *d, int i, dn_list *l, int time,
     dnnl_primitive_t prim;
     dn_step *s;
     DN(dnnl_matmul_desc_init(&md, smd, wmd, NULL, dmd), i, "matmul descriptor");
-    TRY(cl_dnnl_attr_new(d, &attr));
+    TRY_GOTO(cl_dnnl_attr_new(d, &attr));
     if (alpha != 1.0f)
         DN(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), i,
            "matmul output scale");
-    TRY(cl_dnnl_prim_make(d, i, what, &md, attr, NULL, &pd, &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, what, &md, attr, NULL, &pd, &prim));
     for (int k = 0; k < (fwd ? n_fwd_lists(d) : 1); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd ? fwd_list(d, k) : l, i, what, time, pd,
-                              prim, &s));
+        TRY_GOTO(cl_dnnl_step_prim(d, fwd ? fwd_list(d, k) : l, i, what, time,
+                                   pd, prim, &s));
         cl_dnnl_arg_store_at(d, s, DNNL_ARG_SRC, src->store, src->off, smd);
         cl_dnnl_arg_store_at(d, s, DNNL_ARG_WEIGHTS, w->store, w->off, wmd);
         cl_dnnl_arg_store_at(d, s, DNNL_ARG_DST, dst->store, dst->off, dmd);
@@ -168,8 +168,8 @@ static cl_status attention_fwd(dn_ctx *d, int i)
     dn_step *s;
     for (int k = 0; k < 2; k++) {
         const int t = xs->v[k].x >= 0 ? xs->v[k].x : sn->in[k];
-        TRY(cl_dnnl_plain_value(d, i, t, conv_dt(d), &full,
-                                k ? &xs->b : &xs->a));
+        TRY_GOTO(cl_dnnl_plain_value(d, i, t, conv_dt(d), &full,
+                                     k ? &xs->b : &xs->a));
     }
     batch_split(xs, &ms, &n0, &n1);
     const mm_side q = operand(d, xs, 0, n1, ms.M, ms.K);
@@ -177,17 +177,17 @@ static cl_status attention_fwd(dn_ctx *d, int i)
     side_md(&qmd, &q, n0, n1, 0, conv_dt(d));
     side_md(&kmd, &k, n0, n1, 0, conv_dt(d));
     const int vt = x->v[1].x >= 0 ? x->v[1].x : n->in[1];
-    TRY(cl_dnnl_plain_value(d, i, vt, conv_dt(d), &full, &x->b));
+    TRY_GOTO(cl_dnnl_plain_value(d, i, vt, conv_dt(d), &full, &x->b));
     batch_split(x, &m, &n0, &n1);
     const mm_side v = operand(d, x, 1, n1, m.K, m.N);
     side_md(&vmd, &v, n0, n1, 0, conv_dt(d));
     if (sm->n_in > 1)
-        TRY(cl_dnnl_plain_value(d, i, sm->in[1], dnnl_data_type_undef, &bmd,
-                                &bs));
-    TRY(output_side(d, i, &m, n0, n1, &y, &ymd));
+        TRY_GOTO(cl_dnnl_plain_value(d, i, sm->in[1], dnnl_data_type_undef,
+                                     &bmd, &bs));
+    TRY_GOTO(output_side(d, i, &m, n0, n1, &y, &ymd));
     for (int l = 0; l < n_fwd_lists(d); l++) {
-        TRY(cl_dnnl_step_run(d, fwd_list(d, l), cl_dnnl_attention_run, i,
-                             "window attention forward", i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, l), cl_dnnl_attention_run, i,
+                                  "window attention forward", i, &s));
         s->aux = omp_get_max_threads();
         cl_dnnl_arg_store_at(d, s, AT_Q, q.store, q.off, &qmd);
         cl_dnnl_arg_store_at(d, s, AT_K, k.store, k.off, &kmd);
@@ -215,7 +215,8 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
     batch_split(x, &m, &n0, &n1);
     for (int k = 0; k < 2; k++) {
         const int t = x->v[k].x >= 0 ? x->v[k].x : n->in[k];
-        TRY(cl_dnnl_plain_value(d, i, t, conv_dt(d), &full, k ? &x->b : &x->a));
+        TRY_GOTO(
+            cl_dnnl_plain_value(d, i, t, conv_dt(d), &full, k ? &x->b : &x->a));
     }
     const mm_side a = operand(d, x, 0, n1, m.M, m.K);
     /* b as stored: (K, N), or (N, K) read transposed. */
@@ -226,9 +227,9 @@ cl_status cl_dnnl_matmul_fwd(dn_ctx *d, int i)
         side_md(&bmd, &b, n0, n1, at->trans_b, conv_dt(d));
     else
         side_md(&bmd, &b, 1, 1, at->trans_b, conv_dt(d));
-    TRY(output_side(d, i, &m, n0, n1, &y, &ymd));
-    TRY(mm_step(d, i, NULL, i, "matmul forward", at->alpha, &a, &amd, &b, &bmd,
-                &y, &ymd, 1));
+    TRY_GOTO(output_side(d, i, &m, n0, n1, &y, &ymd));
+    TRY_GOTO(mm_step(d, i, NULL, i, "matmul forward", at->alpha, &a, &amd, &b,
+                     &bmd, &y, &ymd, 1));
 fail:
     return st;
 }
@@ -278,8 +279,9 @@ cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i)
     int dy, tgt, acc;
     mm_side g;
     batch_split(x, &m, &n0, &n1);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_as(d, i, dy, &d->t[rep(d, n->out)].md, cdt, &dyc, &dy));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(
+        cl_dnnl_grad_as(d, i, dy, &d->t[rep(d, n->out)].md, cdt, &dyc, &dy));
     const mm_side dys = x->v[2].x >= 0 ? side_view(&x->v[2], dy, m.M, m.N, cdt)
                                        : side_plain(dy, n1, m.M, m.N);
     side_md(&dymd, &dys, n0, n1, 0, cdt);
@@ -289,22 +291,23 @@ cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i)
 
     /* da (M,K) = alpha dy (M,N) b^T: b's memory read transposed, or as it
      * is when it holds b^T already. */
-    TRY(grad_side(d, i, 0, n1, m.M, m.K, &g, &gdt, &pm, &tgt, &acc));
+    TRY_GOTO(grad_side(d, i, 0, n1, m.M, m.K, &g, &gdt, &pm, &tgt, &acc));
     if (g.store >= 0) {
         if (m.b_batched)
             side_md(&wmd, &b, n0, n1, !at->trans_b, cdt);
         else
             side_md(&wmd, &b, 1, 1, !at->trans_b, cdt);
         side_md(&gmd, &g, n0, n1, 0, gdt);
-        TRY(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward a", at->alpha,
-                    &dys, &dymd, &b, &wmd, &g, &gmd, 0));
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, g.store, tgt, acc));
+        TRY_GOTO(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward a",
+                         at->alpha, &dys, &dymd, &b, &wmd, &g, &gmd, 0));
+        TRY_GOTO(
+            cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, g.store, tgt, acc));
     }
 
     /* db = alpha a^T dy (K,N), or alpha dy^T a (N,K) with trans_b; per
      * matrix when b is batched, else over all B*M rows at once. */
     const int64_t rn = at->trans_b ? m.N : m.K, cn = at->trans_b ? m.K : m.N;
-    TRY(grad_side(d, i, 1, n1, rn, cn, &g, &gdt, &pm, &tgt, &acc));
+    TRY_GOTO(grad_side(d, i, 1, n1, rn, cn, &g, &gdt, &pm, &tgt, &acc));
     if (g.store >= 0) {
         mm_side src = at->trans_b ? dys : a, w = at->trans_b ? a : dys;
         if (m.b_batched) {
@@ -318,9 +321,10 @@ cl_status cl_dnnl_matmul_bwd(dn_ctx *d, int i)
             side_md(&wmd, &w, 1, 1, 0, cdt);
             side_md(&gmd, &g, 1, 1, 0, gdt);
         }
-        TRY(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward b", at->alpha,
-                    &src, &smd, &w, &wmd, &g, &gmd, 0));
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[1], &pm, g.store, tgt, acc));
+        TRY_GOTO(mm_step(d, i, &d->bwd, tb(d, i), "matmul backward b",
+                         at->alpha, &src, &smd, &w, &wmd, &g, &gmd, 0));
+        TRY_GOTO(
+            cl_dnnl_plain_grad_end(d, i, n->in[1], &pm, g.store, tgt, acc));
     }
 fail:
     return st;

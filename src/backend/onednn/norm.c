@@ -13,7 +13,7 @@
  * Activations other than a convolution's output are plain here already
  * (the reference fallback, the inner product and these ops write
  * row-major); a convolution's output may be blocked (nChw16c) or
- * channels-last, and is reordered to a plain copy first (tokens.c's
+ * channels-last, and is reordered to a plain copy first (plain.c's
  * cl_dnnl_plain_value), since these ops index rows of the last
  * dimension.  Data and its gradient are in the input's type (bf16 under
  * amp O2), arithmetic, statistics, gamma and beta in f32. */
@@ -239,21 +239,21 @@ cl_status cl_dnnl_layernorm_fwd(dn_ctx *d, int i)
     dn_step *s;
     dnnl_memory_desc_t smd, tmd, cmd;
     const int train = d->mode == CL_PLAN_TRAIN;
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &smd,
-                            &x->src));
+    TRY_GOTO(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &smd,
+                                 &x->src));
     x->src_md = smd;
     stat_md(&smd, &tmd);
     md_1d(&cmd, a->features);
     if (train) {
-        TRY(cl_dnnl_md_store(d, &tmd, &x->mean));
-        TRY(cl_dnnl_md_store(d, &tmd, &x->rstd));
+        TRY_GOTO(cl_dnnl_md_store(d, &tmd, &x->mean));
+        TRY_GOTO(cl_dnnl_md_store(d, &tmd, &x->rstd));
     }
-    TRY(cl_dnnl_set_md(d, n->out, &smd, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &smd, -1));
     /* The evaluation forward of a training plan computes the same y (layer
      * norm has no running statistics) without keeping them. */
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_run(d, fwd_list(d, k), fwd_run, i,
-                             "layer normalization forward", i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, k), fwd_run, i,
+                                  "layer normalization forward", i, &s));
         s->aux = train && k == 0;
         cl_dnnl_arg_store(d, s, LF_X, x->src, &smd);
         cl_dnnl_arg_store(d, s, LF_Y, d->t[rep(d, n->out)].store, &smd);
@@ -281,14 +281,14 @@ cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i)
     const dnnl_memory_desc_t *smd = &x->src_md;
     const int64_t rows = cl_graph_numel(g, n->in[0]) / a->features;
     const int64_t blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &dx, &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &dx, &tgt, &acc));
     stat_md(smd, &tmd);
     md_1d(&cmd, a->features);
     md_1d(&partmd, blocks * 2 * a->features);
-    TRY(cl_dnnl_md_store(d, &partmd, &part));
-    TRY(cl_dnnl_step_run(d, &d->bwd, bwd_run, i, "layer normalization backward",
-                         tb(d, i), &s));
+    TRY_GOTO(cl_dnnl_md_store(d, &partmd, &part));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, bwd_run, i,
+                              "layer normalization backward", tb(d, i), &s));
     cl_dnnl_arg_store(d, s, LB_X, x->src, smd);
     cl_dnnl_arg_store(d, s, LB_DY, dy, smd);
     cl_dnnl_arg_ext(s, LB_GAMMA, cl_graph_param(g, n->param[0]), &cmd);
@@ -299,9 +299,9 @@ cl_status cl_dnnl_layernorm_bwd(dn_ctx *d, int i)
     cl_dnnl_arg_store(d, s, LB_PART, part, &partmd);
     if (tgt >= 0)
         cl_dnnl_arg_store(d, s, LB_DX, dx, &pmd);
-    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, dx, tgt, acc));
-    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
-    TRY(cl_dnnl_hook_step(d, i, n->param[1]));
+    TRY_GOTO(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, dx, tgt, acc));
+    TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[0]));
+    TRY_GOTO(cl_dnnl_hook_step(d, i, n->param[1]));
 fail:
     return st;
 }

@@ -1,7 +1,9 @@
-/* The oneDNN backend's plan: the table of op planners indexed by op, the
- * backward-planning helpers the op families share, and the plan driver
- * (node data, lowering, forward then backward planning, the arena and the
- * memory objects). */
+/* The oneDNN backend's plan, the dispatcher: the table of op planners
+ * indexed by op, supports(), and the plan driver that calls them (node
+ * data, lowering, forward then backward planning, the input step, the
+ * arena and the memory objects), and the plan's release.  It calls the op
+ * files through the table; they never call back here (the backward
+ * helpers they share are in grad.c, the plain views in plain.c). */
 #include <dnnl.h>
 #include <omp.h>
 #include <string.h>
@@ -12,9 +14,20 @@
 #include "core/mem.h"
 
 /* ---- the op table ----------------------------------------------------------
- */
+ *
+ * One entry per op, the planners of its family's file (internal.h lists
+ * them).  An op whose fwd is NULL is not supported here (supports() says
+ * so) and runs through the reference fallback (fallback.c).  Only this
+ * file reads the table. */
+typedef struct dn_op {
+    void (*init)(dn_node *x);           /* node data defaults, or NULL */
+    void (*lower)(dn_ctx *d, int i);    /* fusion decisions, or NULL */
+    cl_status (*fwd)(dn_ctx *d, int i); /* plans the forward steps */
+    cl_status (*bwd)(dn_ctx *d, int i); /* plans the backward, or NULL */
+    void (*free)(dn_node *x);           /* frees node data, or NULL */
+} dn_op;
 
-const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
+static const dn_op cl_dnnl_ops[CL_OP_COUNT] = {
     [CL_OP_CONV2D] = {cl_dnnl_weighted_init, cl_dnnl_conv_lower,
                       cl_dnnl_conv_fwd, cl_dnnl_conv_bwd,
                       cl_dnnl_weighted_free},
@@ -56,192 +69,20 @@ int cl_dnnl_supports(const cl_graph *g, const cl_node *n)
     return n->op >= 0 && n->op < CL_OP_COUNT && cl_dnnl_ops[n->op].fwd;
 }
 
-/* ---- backward planning ------------------------------------------------------
+/* ---- the plan -------------------------------------------------------------
  */
 
-/* Where node i's gradient for its input x goes: the tensor's own gradient
- * store when i is the first contributor in backward order, else a scratch
- * store followed by an accumulation step (*acc set).  -1 when x needs no
- * gradient (the graph input). */
-cl_status cl_dnnl_grad_target(dn_ctx *d, int i, int x, int *store, int *acc)
+/* Every node's fusion decisions, in graph order; a node that fused into
+ * an earlier one, or runs the reference fallback, decides nothing. */
+static void lower_nodes(dn_ctx *d)
 {
-    int r = rep(d, x);
-    *acc = 0;
-    *store = -1;
-    if (x == d->g->input || r == d->g->input)
-        return CL_OK;
-    if (d->t[r].dstore < 0) {
-        CL_TRY(cl_dnnl_md_store(d, &d->t[r].md, &d->t[r].dstore));
-        *store = d->t[r].dstore;
-        return CL_OK;
+    cl_graph *g = d->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const dn_op *op = &cl_dnnl_ops[g->nodes[i].op];
+        if (!d->nd[i].skip && !d->nd[i].fallback && op->lower)
+            op->lower(d, i);
     }
-    *acc = 1;
-    return cl_dnnl_md_store(d, &d->t[r].md, store);
 }
-
-/* dstore(x) += src, both in x's layout. */
-cl_status cl_dnnl_accumulate(dn_ctx *d, int i, int x, int src)
-{
-    cl_status st = CL_OK;
-    int r = rep(d, x);
-    dnnl_binary_desc_t bd;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    const dnnl_memory_desc_t *md = &d->t[r].md;
-    DN(dnnl_binary_desc_init(&bd, dnnl_binary_add, md, md, md), i,
-       "gradient sum descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "gradient sum", &bd, NULL, NULL, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "gradient sum", tb(d, i), pd, prim,
-                          &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC_0, d->t[r].dstore, md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC_1, src, md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[r].dstore, md);
-fail:
-    return st;
-}
-
-cl_status cl_dnnl_hook_step(dn_ctx *d, int i, int param)
-{
-    dn_step *s;
-    CL_TRY(
-        cl_dnnl_step_new(d, &d->bwd, STEP_HOOK, i, "grad ready", tb(d, i), &s));
-    s->aux = param;
-    return CL_OK;
-}
-
-/* The gradient of the node's output, which every consumer has written. */
-cl_status cl_dnnl_out_grad(dn_ctx *d, int i, int *store)
-{
-    int r = rep(d, d->g->nodes[i].out);
-    *store = d->t[r].dstore;
-    if (*store < 0)
-        return cl_error(CL_ERR_UNSUPPORTED,
-                        "%s: its output does not reach the loss, so backward "
-                        "cannot give its parameters a gradient",
-                        d->g->nodes[i].name);
-    return CL_OK;
-}
-
-/* Weight gradient: straight into the grad arena when oneDNN's choice is
- * plain, else through a scratch store and a reorder. */
-cl_status cl_dnnl_diff_weights(dn_ctx *d, int i, dn_step *s,
-                               const dnnl_memory_desc_t *dwmd,
-                               const dnnl_memory_desc_t *plain, float *grad,
-                               int *tmp)
-{
-    *tmp = -1;
-    if (md_eq(dwmd, plain)) {
-        cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_WEIGHTS, grad, plain);
-        return CL_OK;
-    }
-    CL_TRY(cl_dnnl_md_store(d, dwmd, tmp));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_WEIGHTS, *tmp, dwmd);
-    return CL_OK;
-}
-
-cl_status cl_dnnl_diff_weights_back(dn_ctx *d, int i, int tmp,
-                                    const dnnl_memory_desc_t *dwmd,
-                                    const dnnl_memory_desc_t *plain,
-                                    float *grad)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    if (tmp < 0)
-        return CL_OK;
-    TRY(cl_dnnl_reorder_make(d, i, "weight gradient reorder", dwmd, plain, &pd,
-                             &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "weight gradient reorder", tb(d, i),
-                          pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, tmp, dwmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_TO, grad, plain);
-fail:
-    return st;
-}
-
-/* The weight-gradient step of conv or linear node i made from pd / prim:
- * src (smd) and dy (dmd) into the parameter's gradient (plain md wplain),
- * by way of a reorder when pd writes another layout, and the bias's when
- * bmd is not NULL; then the gradient-ready hooks of both. */
-cl_status cl_dnnl_wgrad_step(dn_ctx *d, int i, const char *what,
-                             dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
-                             int src, const dnnl_memory_desc_t *smd, int dy,
-                             const dnnl_memory_desc_t *dmd,
-                             const dnnl_memory_desc_t *wplain,
-                             const dnnl_memory_desc_t *bmd)
-{
-    cl_status st = CL_OK;
-    const cl_node *n = &d->g->nodes[i];
-    float *gw = cl_graph_grad(d->g, n->param[0]);
-    dnnl_memory_desc_t dwmd = cl_dnnl_qmd(pd, dnnl_query_diff_weights_md, 0);
-    dn_step *s;
-    int tmp;
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, smd);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    TRY(cl_dnnl_diff_weights(d, i, s, &dwmd, wplain, gw, &tmp));
-    if (bmd)
-        cl_dnnl_arg_ext(s, DNNL_ARG_DIFF_BIAS, cl_graph_grad(d->g, n->param[1]),
-                        bmd);
-    TRY(cl_dnnl_diff_weights_back(d, i, tmp, &dwmd, wplain, gw));
-    TRY(cl_dnnl_hook_step(d, i, n->param[0]));
-    if (bmd)
-        TRY(cl_dnnl_hook_step(d, i, n->param[1]));
-fail:
-    return st;
-}
-
-/* The weights copy backward-data reads: the forward copy when the layouts
- * agree, else a copy reordered from the forward copy (blocked to blocked
- * moves whole 16x16 tiles, faster than from the plain arena). */
-static cl_status bwd_weights_copy(dn_ctx *d, int i,
-                                  const dnnl_memory_desc_t *plain, float *w,
-                                  float **use)
-{
-    dn_weighted *x = &d->nd[i].u.w;
-    if (md_eq(&x->wb_md, &x->w_md)) {
-        *use = x->w ? x->w : w;
-        return CL_OK;
-    }
-    if (md_eq(&x->wb_md, plain)) {
-        *use = w;
-        return CL_OK;
-    }
-    if (x->w)
-        CL_TRY(cl_dnnl_weight_copy(d, i, "backward weights reorder", &x->w_md,
-                                   x->w, &x->wb_md, &x->wb));
-    else
-        CL_TRY(cl_dnnl_weight_copy(d, i, "backward weights reorder", plain, w,
-                                   &x->wb_md, &x->wb));
-    *use = x->wb;
-    return CL_OK;
-}
-
-/* The backward-data step of conv or linear node i made from pd / prim: dy
- * (dmd) and the weights (w, plain md wplain, in the layout pd asks for)
- * into store dx (dxmd). */
-cl_status cl_dnnl_bwd_data_step(dn_ctx *d, int i, const char *what,
-                                dnnl_primitive_desc_t pd, dnnl_primitive_t prim,
-                                int dy, const dnnl_memory_desc_t *dmd,
-                                const dnnl_memory_desc_t *wplain, float *w,
-                                int dx, const dnnl_memory_desc_t *dxmd)
-{
-    dn_weighted *x = &d->nd[i].u.w;
-    dn_step *s;
-    float *wb;
-    x->wb_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
-    CL_TRY(bwd_weights_copy(d, i, wplain, w, &wb));
-    CL_TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
-    cl_dnnl_arg_ext(s, DNNL_ARG_WEIGHTS, wb, &x->wb_md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_SRC, dx, dxmd);
-    return CL_OK;
-}
-
-/* ---- the plan
- * ---------------------------------------------------------------- */
 
 static cl_status plan_input_step(dn_ctx *d)
 {
@@ -250,7 +91,7 @@ static cl_status plan_input_step(dn_ctx *d)
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dn_step *s;
-    TRY(cl_dnnl_ensure_input_md(d, x));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, x));
     int r = rep(d, x);
     dnnl_memory_desc_t plain;
     md_plain_like(&plain, &d->t[r].md);
@@ -260,9 +101,10 @@ static cl_status plan_input_step(dn_ctx *d)
     d->in_plain = md_eq(&plain, &d->t[r].md);
     if (d->in_plain)
         return CL_OK;
-    TRY(cl_dnnl_reorder_make(d, -1, "input reorder", &plain, &d->t[r].md, &pd,
-                             &prim));
-    TRY(cl_dnnl_step_prim(d, &d->in, -1, "input reorder", 0, pd, prim, &s));
+    TRY_GOTO(cl_dnnl_reorder_make(d, -1, "input reorder", &plain, &d->t[r].md,
+                                  &pd, &prim));
+    TRY_GOTO(
+        cl_dnnl_step_prim(d, &d->in, -1, "input reorder", 0, pd, prim, &s));
     s->args[s->nargs].arg = DNNL_ARG_FROM;
     s->args[s->nargs].kind = REF_USER;
     s->args[s->nargs].store = -1;
@@ -273,7 +115,9 @@ fail:
     return st;
 }
 
-cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
+/* The first half of a plan: the context, the engine, per-tensor and
+ * per-node data, which nodes fall back to the reference kernels. */
+cl_status cl_dnnl_plan_begin(cl_backend *be, cl_graph *g, cl_plan_mode mode)
 {
     cl_status st = CL_OK;
     dn_ctx *d = cl_alloc_zero(sizeof *d, "onednn: plan");
@@ -337,8 +181,18 @@ cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
             d->lastc[x] = i;
         }
     }
-    TRY(cl_dnnl_choose_paths(d));
-    cl_dnnl_lower(d);
+    return CL_OK;
+fail:
+    return st;
+}
+
+/* The second half, once d->paths is chosen: lowering, the forward and
+ * backward steps, the arena and the memory objects. */
+cl_status cl_dnnl_plan_build(dn_ctx *d)
+{
+    cl_status st = CL_OK;
+    cl_graph *g = d->g;
+    lower_nodes(d);
     if (d->fold_floats) {
         d->fold = cl_alloc(sizeof(float) * d->fold_floats, "onednn: fold");
         if (!d->fold) {
@@ -352,29 +206,29 @@ cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     for (int i = 0; i < g->n_nodes; i++) {
         if (d->nd[i].skip)
             continue;
-        TRY(d->nd[i].fallback ? cl_dnnl_fallback_fwd(d, i)
-                              : cl_dnnl_ops[g->nodes[i].op].fwd(d, i));
+        TRY_GOTO(d->nd[i].fallback ? cl_dnnl_fallback_fwd(d, i)
+                                   : cl_dnnl_ops[g->nodes[i].op].fwd(d, i));
     }
-    if (mode == CL_PLAN_TRAIN && g->loss >= 0) {
+    if (d->mode == CL_PLAN_TRAIN && g->loss >= 0) {
         for (int i = g->n_nodes - 1; i >= 0; i--) {
             const dn_op *op = &cl_dnnl_ops[g->nodes[i].op];
             if (d->nd[i].skip)
                 continue;
             if (d->nd[i].fallback)
-                TRY(cl_dnnl_fallback_bwd(d, i));
+                TRY_GOTO(cl_dnnl_fallback_bwd(d, i));
             else if (op->bwd)
-                TRY(op->bwd(d, i));
+                TRY_GOTO(op->bwd(d, i));
         }
     }
     d->n_time = 2 * g->n_nodes + 1;
-    TRY(plan_input_step(d));
+    TRY_GOTO(plan_input_step(d));
     /* The edges stay readable after forward and backward. */
     int edges[2] = {g->logits, g->features};
     for (int k = 0; k < 2; k++)
         if (edges[k] >= 0 && d->t[rep(d, edges[k])].store >= 0)
             cl_dnnl_touch(d, d->t[rep(d, edges[k])].store, d->n_time);
 
-    TRY(cl_dnnl_arena_plan(d->st, d->n_st, 4096, &d->arena_bytes));
+    TRY_GOTO(cl_dnnl_arena_plan(d->st, d->n_st, 4096, &d->arena_bytes));
     d->arena = cl_alloc(d->arena_bytes, "onednn: activation arena");
     d->scratch = cl_alloc(d->scratch_bytes, "onednn: scratchpad");
     d->sync_sums = cl_alloc_zero(sizeof(double) * (d->sync_len + 1),
@@ -383,13 +237,59 @@ cl_status cl_dnnl_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
         st = CL_ERR_NOMEM;
         goto fail;
     }
-    TRY(cl_dnnl_bind_list(d, &d->fwd_train));
-    TRY(cl_dnnl_bind_list(d, &d->fwd_eval));
-    TRY(cl_dnnl_bind_list(d, &d->bwd));
-    TRY(cl_dnnl_bind_list(d, &d->sync));
-    TRY(cl_dnnl_bind_list(d, &d->in));
+    TRY_GOTO(cl_dnnl_bind_list(d, &d->fwd_train));
+    TRY_GOTO(cl_dnnl_bind_list(d, &d->fwd_eval));
+    TRY_GOTO(cl_dnnl_bind_list(d, &d->bwd));
+    TRY_GOTO(cl_dnnl_bind_list(d, &d->sync));
+    TRY_GOTO(cl_dnnl_bind_list(d, &d->in));
     d->dirty = 1;
     return CL_OK;
 fail:
     return st;
+}
+
+/* Frees be->priv and all it holds, also after a plan that stopped half
+ * way (the vtable's destroy). */
+void cl_dnnl_destroy(cl_backend *be)
+{
+    dn_ctx *d = be->priv;
+    if (!d)
+        return;
+    cl_dnnl_free_list(&d->fwd_train);
+    cl_dnnl_free_list(&d->fwd_eval);
+    cl_dnnl_free_list(&d->bwd);
+    cl_dnnl_free_list(&d->sync);
+    cl_dnnl_free_list(&d->in);
+    for (int k = 0; k < d->n_prims; k++)
+        dnnl_primitive_destroy(d->prims[k]);
+    for (int k = 0; k < d->n_pds; k++)
+        dnnl_primitive_desc_destroy(d->pds[k]);
+    cl_free(d->prims);
+    cl_free(d->pds);
+    for (int i = 0; d->nd && i < d->g->n_nodes; i++) {
+        const dn_op *op = &cl_dnnl_ops[d->g->nodes[i].op];
+        if (d->nd[i].fallback)
+            cl_dnnl_fallback_free(&d->nd[i]);
+        else if (op->free)
+            op->free(&d->nd[i]);
+    }
+    cl_free(d->sprof);
+    cl_free(d->nd);
+    cl_free(d->t);
+    cl_free(d->ncons);
+    cl_free(d->lastc);
+    cl_free(d->st);
+    cl_free(d->arena);
+    cl_free(d->scratch);
+    cl_free(d->sync_sums);
+    cl_free(d->paths);
+    cl_free(d->fold);
+    cl_free(d->labels);
+    cl_free(d->targets);
+    if (d->strm)
+        dnnl_stream_destroy(d->strm);
+    if (d->eng)
+        dnnl_engine_destroy(d->eng);
+    cl_free(d);
+    be->priv = NULL;
 }

@@ -45,7 +45,7 @@ static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
     dnnl_primitive_t prim;
     dn_step *s;
     dnnl_dims_t ddims, strides, kernel, pl, pr;
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
     dnnl_memory_desc_t smd = *in_md(d, n->in[0]), dmd, wsmd;
     pool_geometry(d, i, gap, ddims, strides, kernel, pl, pr);
     cl_dnnl_md_any(&dmd, 4, ddims, smd.data_type);
@@ -56,17 +56,17 @@ static cl_status plan_pool_fwd(dn_ctx *d, int i, int gap)
            gap ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_max, &smd,
            &dmd, strides, kernel, pl, pr),
        i, "pooling forward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "pooling forward", &pdsc, NULL, NULL, &pd,
-                          &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "pooling forward", &pdsc, NULL, NULL, &pd,
+                               &prim));
     x->fwd_pd = pd;
     dmd = cl_dnnl_qmd(pd, dnnl_query_dst_md, 0);
     wsmd = cl_dnnl_qmd(pd, dnnl_query_workspace_md, 0);
-    TRY(cl_dnnl_set_md(d, n->out, &dmd, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &dmd, -1));
     if (wsmd.ndims && md_size(&wsmd) > 0)
-        TRY(cl_dnnl_md_store(d, &wsmd, &x->u.pool.ws));
+        TRY_GOTO(cl_dnnl_md_store(d, &wsmd, &x->u.pool.ws));
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "pooling forward", i, pd,
-                              prim, &s));
+        TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, k), i, "pooling forward", i,
+                                   pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, d->t[rep(d, n->in[0])].store,
                           &smd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &dmd);
@@ -90,8 +90,8 @@ static cl_status plan_pool_bwd(dn_ctx *d, int i, int gap)
     int dy, tgt, acc;
     const dnnl_memory_desc_t *smd = in_md(d, n->in[0]);
     const dnnl_memory_desc_t *dmd = in_md(d, n->out);
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_grad_target(d, i, n->in[0], &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
     pool_geometry(d, i, gap, ddims, strides, kernel, pl, pr);
@@ -99,10 +99,10 @@ static cl_status plan_pool_bwd(dn_ctx *d, int i, int gap)
            &pdsc, gap ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_max,
            smd, dmd, strides, kernel, pl, pr),
        i, "pooling backward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "pooling backward", &pdsc, NULL, x->fwd_pd, &pd,
-                          &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "pooling backward", tb(d, i), pd, prim,
-                          &s));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "pooling backward", &pdsc, NULL, x->fwd_pd,
+                               &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, &d->bwd, i, "pooling backward", tb(d, i), pd,
+                               prim, &s));
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, dmd);
     if (x->u.pool.ws >= 0) {
         dnnl_memory_desc_t wsmd = cl_dnnl_qmd(pd, dnnl_query_workspace_md, 0);
@@ -110,7 +110,7 @@ static cl_status plan_pool_bwd(dn_ctx *d, int i, int gap)
     }
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_SRC, tgt, smd);
     if (acc)
-        TRY(cl_dnnl_accumulate(d, i, n->in[0], tgt));
+        TRY_GOTO(cl_dnnl_accumulate(d, i, n->in[0], tgt));
 fail:
     return st;
 }

@@ -267,20 +267,21 @@ cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i)
     dn_step *s;
     dnnl_memory_desc_t xmd, bmd;
     int xs, bs = -1;
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &xmd, &xs));
+    TRY_GOTO(
+        cl_dnnl_plain_value(d, i, n->in[0], dnnl_data_type_undef, &xmd, &xs));
     if (has_b)
-        TRY(cl_dnnl_plain_value(d, i, n->in[1], dnnl_data_type_undef, &bmd,
-                                &bs));
+        TRY_GOTO(cl_dnnl_plain_value(d, i, n->in[1], dnnl_data_type_undef, &bmd,
+                                     &bs));
     DN(dnnl_softmax_forward_desc_init(&sd,
                                       d->mode == CL_PLAN_TRAIN
                                           ? dnnl_forward_training
                                           : dnnl_forward_inference,
                                       &xmd, xmd.ndims - 1),
        i, "softmax forward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "softmax forward", &sd, NULL, NULL, &pd,
-                          &prim));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "softmax forward", &sd, NULL, NULL, &pd,
+                               &prim));
     d->nd[i].fwd_pd = pd;
-    TRY(cl_dnnl_set_md(d, n->out, &xmd, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &xmd, -1));
     const int ys = d->t[rep(d, n->out)].store;
     if (has_b || has_m) {
         /* The primitive above stays the hint backward's is made from. */
@@ -289,10 +290,10 @@ cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i)
         dnnl_memory_desc_t wmd;
         int ws;
         md_1d(&wmd, per * LANES * threads);
-        TRY(cl_dnnl_md_store(d, &wmd, &ws));
+        TRY_GOTO(cl_dnnl_md_store(d, &wmd, &ws));
         for (int k = 0; k < n_fwd_lists(d); k++) {
-            TRY(cl_dnnl_step_run(d, fwd_list(d, k), run_fwd, i,
-                                 "softmax forward, bias and mask", i, &s));
+            TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, k), run_fwd, i,
+                                      "softmax forward, bias and mask", i, &s));
             s->aux = threads;
             cl_dnnl_arg_store(d, s, SM_X, xs, &xmd);
             if (has_b)
@@ -303,28 +304,11 @@ cl_status cl_dnnl_softmax_fwd(dn_ctx *d, int i)
         return CL_OK;
     }
     for (int k = 0; k < n_fwd_lists(d); k++) {
-        TRY(cl_dnnl_step_prim(d, fwd_list(d, k), i, "softmax forward", i, pd,
-                              prim, &s));
+        TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, k), i, "softmax forward", i,
+                                   pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, xs, &xmd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, ys, &xmd);
     }
-fail:
-    return st;
-}
-
-/* A reorder of store `from` (md) into store `to` (want) in backward. */
-static cl_status bwd_reorder(dn_ctx *d, int i, const char *what, int from,
-                             const dnnl_memory_desc_t *md, int to,
-                             const dnnl_memory_desc_t *want)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    TRY(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, what, tb(d, i), pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, from, md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, to, want);
 fail:
     return st;
 }
@@ -344,21 +328,21 @@ cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i)
     int dy, plain, tgt, acc, bplain = -1, btgt = -1, bacc = 0;
     const int out = rep(d, n->out);
     const dnnl_memory_desc_t *ymd = &d->t[out].md;
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_plain_grad(d, i, n->in[0], &pmd, &plain, &tgt, &acc));
     if (plain < 0 && !bias_grad)
         return CL_OK;
     if (plain < 0) {
         /* x takes no gradient but the bias does: dz in a store of its own. */
         pmd = *ymd;
-        TRY(cl_dnnl_md_store(d, &pmd, &plain));
+        TRY_GOTO(cl_dnnl_md_store(d, &pmd, &plain));
     }
     DN(dnnl_softmax_backward_desc_init(&sd, &pmd, ymd, ymd->ndims - 1), i,
        "softmax backward descriptor");
-    TRY(cl_dnnl_prim_make(d, i, "softmax backward", &sd, NULL, d->nd[i].fwd_pd,
-                          &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, &d->bwd, i, "softmax backward", tb(d, i), pd, prim,
-                          &s));
+    TRY_GOTO(cl_dnnl_prim_make(d, i, "softmax backward", &sd, NULL,
+                               d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, &d->bwd, i, "softmax backward", tb(d, i), pd,
+                               prim, &s));
     cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[out].store, ymd);
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_DST, dy, ymd);
     cl_dnnl_arg_store(d, s, DNNL_ARG_DIFF_SRC, plain, &pmd);
@@ -367,26 +351,31 @@ cl_status cl_dnnl_softmax_bwd(dn_ctx *d, int i)
          * gradient is bf16. */
         dnnl_memory_desc_t zf = md_as(&pmd, dnnl_f32), bf;
         int dz = plain, db;
-        TRY(cl_dnnl_plain_grad(d, i, n->in[1], &bpmd, &bplain, &btgt, &bacc));
+        TRY_GOTO(
+            cl_dnnl_plain_grad(d, i, n->in[1], &bpmd, &bplain, &btgt, &bacc));
         bf = md_as(&bpmd, dnnl_f32);
         if (md_bf16(&pmd)) {
-            TRY(cl_dnnl_md_store(d, &zf, &dz));
-            TRY(bwd_reorder(d, i, "softmax: dz to f32", plain, &pmd, dz, &zf));
+            TRY_GOTO(cl_dnnl_md_store(d, &zf, &dz));
+            TRY_GOTO(cl_dnnl_reorder_step(d, &d->bwd, i, tb(d, i),
+                                          "softmax: dz to f32", plain, &pmd, dz,
+                                          &zf));
         }
         db = bplain;
         if (md_bf16(&bpmd))
-            TRY(cl_dnnl_md_store(d, &bf, &db));
-        TRY(cl_dnnl_step_run(d, &d->bwd, run_bias_grad, i,
-                             "softmax: bias gradient", tb(d, i), &s));
+            TRY_GOTO(cl_dnnl_md_store(d, &bf, &db));
+        TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, run_bias_grad, i,
+                                  "softmax: bias gradient", tb(d, i), &s));
         cl_dnnl_arg_store(d, s, SM_DZ, dz, &zf);
         cl_dnnl_arg_store(d, s, SM_DB, db, &bf);
         if (db != bplain)
-            TRY(bwd_reorder(d, i, "softmax: bias gradient cast", db, &bf,
-                            bplain, &bpmd));
+            TRY_GOTO(cl_dnnl_reorder_step(d, &d->bwd, i, tb(d, i),
+                                          "softmax: bias gradient cast", db,
+                                          &bf, bplain, &bpmd));
     }
-    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, plain, tgt, acc));
+    TRY_GOTO(cl_dnnl_plain_grad_end(d, i, n->in[0], &pmd, plain, tgt, acc));
     if (bias_grad)
-        TRY(cl_dnnl_plain_grad_end(d, i, n->in[1], &bpmd, bplain, btgt, bacc));
+        TRY_GOTO(
+            cl_dnnl_plain_grad_end(d, i, n->in[1], &bpmd, bplain, btgt, bacc));
 fail:
     return st;
 }

@@ -1,7 +1,6 @@
 /* The oneDNN backend's token ops, row_gather, droppath and token_meanpool,
  * as loops of its own (no primitive does a gather by index), forward and
- * backward planning side by side; and the plain views that the ops seeing
- * an activation as rows share (matmul.c, linear.c).
+ * backward planning side by side.
  *
  * Each op reads its input plain in the input's own type (f32, or bf16
  * under amp O2: a row move is a byte copy either way, arithmetic is done
@@ -13,82 +12,6 @@
 #include "backend/onednn/vec.h"
 #include "core/mem.h"
 #include "ops/ops.h"
-
-/* ---- plain views ----------------------------------------------------------
- */
-
-void cl_dnnl_md_plain_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
-                         dnnl_data_type_t dt)
-{
-    cl_dnnl_md_plain(md, nd, dims);
-    *md = md_as(md, dt);
-}
-
-/* A reorder of store from (md) into store to (want) in list l at time. */
-static cl_status reorder_step(dn_ctx *d, dn_list *l, int i, int time,
-                              const char *what, int from,
-                              const dnnl_memory_desc_t *md, int to,
-                              const dnnl_memory_desc_t *want)
-{
-    cl_status st = CL_OK;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    TRY(cl_dnnl_reorder_make(d, i, what, md, want, &pd, &prim));
-    TRY(cl_dnnl_step_prim(d, l, i, what, time, pd, prim, &s));
-    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, from, md);
-    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, to, want);
-fail:
-    return st;
-}
-
-cl_status cl_dnnl_plain_value(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
-                              dnnl_memory_desc_t *md, int *store)
-{
-    CL_TRY(cl_dnnl_ensure_input_md(d, x));
-    const dn_tensor *t = &d->t[rep(d, x)];
-    if (dt == dnnl_data_type_undef)
-        dt = t->md.data_type;
-    dnnl_memory_desc_t own;
-    cl_dnnl_md_plain_dt(&own, t->md.ndims, t->md.dims, t->md.data_type);
-    if (md_eq(&t->md, &own))
-        return cl_dnnl_value_as(d, i, x, dt, md, store);
-    /* Blocked or channels-last: layout and type in one reorder. */
-    cl_dnnl_md_plain_dt(md, t->md.ndims, t->md.dims, dt);
-    CL_TRY(cl_dnnl_md_store(d, md, store));
-    for (int k = 0; k < n_fwd_lists(d); k++)
-        CL_TRY(reorder_step(d, fwd_list(d, k), i, i, "plain copy", t->store,
-                            &t->md, *store, md));
-    return CL_OK;
-}
-
-cl_status cl_dnnl_plain_grad(dn_ctx *d, int i, int x, dnnl_memory_desc_t *pm,
-                             int *dx, int *tgt, int *acc)
-{
-    CL_TRY(cl_dnnl_grad_target(d, i, x, tgt, acc));
-    *dx = *tgt;
-    if (*tgt < 0)
-        return CL_OK;
-    const dnnl_memory_desc_t *md = &d->t[rep(d, x)].md;
-    cl_dnnl_md_plain_dt(pm, md->ndims, md->dims, md->data_type);
-    if (!md_eq(md, pm))
-        CL_TRY(cl_dnnl_md_store(d, pm, dx));
-    return CL_OK;
-}
-
-cl_status cl_dnnl_plain_grad_end(dn_ctx *d, int i, int x,
-                                 const dnnl_memory_desc_t *pm, int dx, int tgt,
-                                 int acc)
-{
-    if (tgt < 0)
-        return CL_OK;
-    if (dx != tgt)
-        CL_TRY(reorder_step(d, &d->bwd, i, tb(d, i), "plain gradient back", dx,
-                            pm, tgt, &d->t[rep(d, x)].md));
-    if (acc)
-        CL_TRY(cl_dnnl_accumulate(d, i, x, tgt));
-    return CL_OK;
-}
 
 /* ---- steps ----------------------------------------------------------------
  */
@@ -111,15 +34,15 @@ static cl_status plan_fwd(dn_ctx *d, int i, dn_run_fn fn, const char *what)
     dnnl_dims_t dims;
     dn_step *s;
     int xs;
-    TRY(cl_dnnl_ensure_input_md(d, n->in[0]));
+    TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
     const dnnl_data_type_t dt = d->t[rep(d, n->in[0])].md.data_type;
-    TRY(cl_dnnl_plain_value(d, i, n->in[0], dt, &xm, &xs));
+    TRY_GOTO(cl_dnnl_plain_value(d, i, n->in[0], dt, &xm, &xs));
     const cl_shape *ys = &gt(d, n->out)->shape;
     dims_of(ys, dims);
     cl_dnnl_md_plain_dt(&ym, ys->ndim, dims, dt);
-    TRY(cl_dnnl_set_md(d, n->out, &ym, -1));
+    TRY_GOTO(cl_dnnl_set_md(d, n->out, &ym, -1));
     for (int l = 0; l < n_fwd_lists(d); l++) {
-        TRY(cl_dnnl_step_run(d, fwd_list(d, l), fn, i, what, i, &s));
+        TRY_GOTO(cl_dnnl_step_run(d, fwd_list(d, l), fn, i, what, i, &s));
         s->aux = d->mode == CL_PLAN_TRAIN && l == 0;
         cl_dnnl_arg_store(d, s, TK_IN, xs, &xm);
         cl_dnnl_arg_store(d, s, TK_OUT, d->t[rep(d, n->out)].store, &ym);
@@ -137,14 +60,14 @@ static cl_status plan_bwd(dn_ctx *d, int i, dn_run_fn fn, const char *what)
     dnnl_memory_desc_t pm;
     dn_step *s;
     int dy, dx, tgt, acc;
-    TRY(cl_dnnl_out_grad(d, i, &dy));
-    TRY(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
+    TRY_GOTO(cl_dnnl_out_grad(d, i, &dy));
+    TRY_GOTO(cl_dnnl_plain_grad(d, i, n->in[0], &pm, &dx, &tgt, &acc));
     if (tgt < 0)
         return CL_OK;
-    TRY(cl_dnnl_step_run(d, &d->bwd, fn, i, what, tb(d, i), &s));
+    TRY_GOTO(cl_dnnl_step_run(d, &d->bwd, fn, i, what, tb(d, i), &s));
     cl_dnnl_arg_store(d, s, TK_IN, dx, &pm);
     cl_dnnl_arg_store(d, s, TK_OUT, dy, &d->t[rep(d, n->out)].md);
-    TRY(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
+    TRY_GOTO(cl_dnnl_plain_grad_end(d, i, n->in[0], &pm, dx, tgt, acc));
 fail:
     return st;
 }

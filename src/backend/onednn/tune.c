@@ -1,5 +1,8 @@
 /* The oneDNN backend's choice of each conv's backward path: given by the
- * caller, measured at plan time (autotune), or by the shape thresholds. */
+ * caller, measured at plan time (autotune), or by the shape thresholds.
+ * The vtable's plan (onednn.c) calls it between the two halves of plan.c;
+ * to measure, it makes and runs plans of its own with plan.c and exec.c,
+ * and asks conv.c which convs have a second way. */
 #include <string.h>
 
 #include "backend/onednn/internal.h"
@@ -36,31 +39,51 @@ static int same_conv_shape(const cl_graph *g, int i, int j)
            a->has_bias == b->has_bias;
 }
 
+/* A training plan of g on sub with the given options, as the vtable's
+ * plan makes one (onednn.c), but not through cl_backend_create: the
+ * measuring plans are the backend's own, made and run by plan.c and
+ * exec.c directly. */
+static cl_status sub_plan(cl_backend *sub, cl_graph *g,
+                          const cl_backend_opts *o)
+{
+    *sub = (cl_backend){.g = g, .mode = CL_PLAN_TRAIN, .opts = *o};
+    cl_status st = cl_dnnl_plan_begin(sub, g, CL_PLAN_TRAIN);
+    if (st == CL_OK)
+        st = cl_dnnl_choose_paths(sub->priv);
+    if (st == CL_OK)
+        st = cl_dnnl_plan_build(sub->priv);
+    if (st != CL_OK) {
+        cl_dnnl_destroy(sub);
+        return cl_error_wrap(st, "backend onednn: ");
+    }
+    return CL_OK;
+}
+
 /* Seconds per (node, part) of the last DN_TUNE_STEPS - 1 training steps of
  * g planned with paths (every conv's wanted way) into t (3 per node). */
 static cl_status tune_time(cl_graph *g, const cl_backend_opts *base,
                            const char *paths, const float *x,
                            const int32_t *labels, double *t)
 {
-    cl_backend *be = NULL;
+    cl_backend be;
     cl_backend_opts o = *base;
     o.autotune = 0;
     o.conv_paths = paths;
-    CL_TRY(cl_backend_create(&be, "onednn", g, CL_PLAN_TRAIN, &o));
-    dn_ctx *d = be->priv;
+    CL_TRY(sub_plan(&be, g, &o));
+    dn_ctx *d = be.priv;
     cl_status st = CL_OK;
     d->prof = t;
     for (int k = 0; k < DN_TUNE_STEPS && st == CL_OK; k++) {
         if (k == 1) /* the first step warms caches and pages */
             memset(t, 0, sizeof *t * 3 * (size_t)g->n_nodes);
-        st = cl_backend_set_input(be, x, labels, NULL);
+        st = cl_dnnl_set_input(&be, x, labels, NULL);
         if (st == CL_OK)
-            st = cl_backend_forward(be, 1, NULL);
+            st = cl_dnnl_forward(&be, 1, NULL);
         if (st == CL_OK)
-            st = cl_backend_backward(be);
+            st = cl_dnnl_backward(&be);
     }
     d->prof = NULL;
-    cl_backend_destroy(be);
+    cl_dnnl_destroy(&be);
     return st;
 }
 
