@@ -346,8 +346,8 @@ CL_TEST(eval_hflip_averages_image_and_mirror)
     char *html = cl_test_read_file(cl_test_path("tta/report.html"), NULL);
     REQUIRE(html != NULL);
     CHECK(strstr(html, "on 100 samples of fashion_mnist split test, each "
-                       "averaged with its mirror, the training's own "
-                       "evaluation") != NULL);
+                       "averaged with its mirror, precision f32, the "
+                       "training's own evaluation") != NULL);
     free(html);
     const char *ck = cl_test_path("tta/resnet18-last.safetensors");
     char dir[2][600];
