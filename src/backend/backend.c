@@ -138,17 +138,6 @@ int cl_precision_amp_level(cl_precision p)
     return p == CL_PRECISION_BF16 ? 2 : 0;
 }
 
-/* bf16 inference is offered where the CPU computes bf16 dot products
- * (avx512_bf16's vdpbf16ps, or AMX): on plain AVX-512 oneDNN converts
- * every operand and runs slower than f32, which a user choosing bf16 for
- * speed must hear about rather than get. */
-static int bf16_native(void)
-{
-    const char *isa = cl_dnnl_isa_name();
-    return strcmp(isa, "avx512_core_bf16") == 0 ||
-           strcmp(isa, "avx512_core_amx") == 0;
-}
-
 cl_status cl_precision_check(const char *name, cl_precision p)
 {
     if (p == CL_PRECISION_F32)
@@ -158,7 +147,9 @@ cl_status cl_precision_check(const char *name, cl_precision p)
                         "precision %s runs on the onednn backend only; ref, "
                         "the f32 oracle, runs precision f32",
                         cl_precision_name(p));
-    if (!bf16_native())
+    /* Offered only where bf16 runs fast: a user choosing it for speed
+     * must hear about an emulated path rather than get it. */
+    if (!cl_dnnl_bf16_native())
         return cl_error(CL_ERR_UNSUPPORTED,
                         "precision bf16 needs a CPU with avx512_bf16 or AMX "
                         "(oneDNN runs at %s here, where bf16 would be "

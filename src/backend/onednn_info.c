@@ -53,3 +53,14 @@ int cl_dnnl_bf16_supported(void)
         return 0;
     }
 }
+
+int cl_dnnl_bf16_native(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+        return 1;
+    default:
+        return 0;
+    }
+}

@@ -13,6 +13,10 @@ const char *cl_dnnl_isa_name(void);
  * avx512_core or newer, natively with avx512_bf16 or AMX, emulated
  * without.  oneDNN 2.6 has no bf16 convolution below AVX-512. */
 int cl_dnnl_bf16_supported(void);
+/* Non-zero where the CPU computes bf16 dot products itself (avx512_bf16's
+ * vdpbf16ps, or AMX); on plain AVX-512 oneDNN runs bf16 by converting every
+ * operand, slower than f32. */
+int cl_dnnl_bf16_native(void);
 
 struct cl_backend;
 /* Steps of an onednn backend's plan (every list) named `what`, e.g.

@@ -141,9 +141,9 @@ static cl_status from_tensors(cl_model *m, const cl_weights *w,
     return default_class_names(m);
 }
 
-/* The backend for m's graph; none when backend is NULL.  The precision is
- * checked first even then, so that a bad choice is named before any
- * weights are read into a plan. */
+/* The backend for m's graph at precision prec; none when backend is NULL
+ * (prec is still recorded).  A precision the backend or CPU cannot run
+ * fast is refused here, where the backend is known. */
 static cl_status plan(cl_model *m, const char *backend, cl_plan_mode mode,
                       int threads, cl_precision prec)
 {
