@@ -62,23 +62,16 @@ static cl_status keep_room(cl_evaluation *e)
     return e->feat && e->labels && e->indices ? CL_OK : CL_ERR_NOMEM;
 }
 
-/* Non-zero when override kv ("key=value") sets key `want`, in either
- * spelling cl_config_set takes (amp_level, amp-level). */
-static int sets_key(const char *kv, const char *want)
+/* The key of override kv ("key=value") into key, spelled as the config's
+ * keys are ('-' as '_'); "" when it does not fit. */
+static void override_key(const char *kv, char *key, size_t cap)
 {
-    char key[32];
     size_t n = strcspn(kv, "=");
-    if (n >= sizeof key)
-        return 0;
+    if (n >= cap)
+        n = 0;
     for (size_t i = 0; i < n; i++)
         key[i] = kv[i] == '-' ? '_' : kv[i];
     key[n] = '\0';
-    return strcmp(key, want) == 0;
-}
-
-static int is_amp_key(const char *kv)
-{
-    return sets_key(kv, "amp") || sets_key(kv, "amp_level");
 }
 
 static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
@@ -103,19 +96,19 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
     cl_precision prec;
     cl_config_defaults(&pick);
     CL_TRY(cl_precision_parse(o->precision, &prec));
+    int data_given = 0;
     for (int i = 0; i < o->n_overrides; i++) {
+        char key[64];
         CL_TRY(cl_config_set_pair(&pick, o->overrides[i], fn));
+        override_key(o->overrides[i], key, sizeof key);
         /* amp_level says how a run trains; an evaluation that took it
          * would score in f32 while the caller believes bf16. */
-        if (is_amp_key(o->overrides[i]))
+        if (strcmp(key, "amp") == 0 || strcmp(key, "amp_level") == 0)
             return cl_error(CL_ERR_ARG,
                             "%s: '%s': amp_level is how a run trains; an "
                             "evaluation runs at a precision (--precision "
                             "bf16, or f32 by default)",
                             fn, o->overrides[i]);
-        char key[64];
-        snprintf(key, sizeof key, "%.*s", (int)strcspn(o->overrides[i], "="),
-                 o->overrides[i]);
         if (!cl_eval_key_applies(key))
             return cl_error(CL_ERR_ARG,
                             "%s: '%s' does not apply to an evaluation: the "
@@ -124,6 +117,8 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
                             "limits, workers), crop_pct, interpolation, "
                             "eval_hflip and load_ema do",
                             fn, key);
+        data_given |=
+            strcmp(key, "dataset") == 0 || strcmp(key, "data_dir") == 0;
     }
     if (o->distributed)
         CL_TRY(cl_dist_init(&e->d, NULL, NULL));
@@ -135,10 +130,6 @@ static cl_status run(cl_evaluation *e, const char *path, const cl_eval_opts *o)
     /* Weights without classic's metadata (.pth, plain safetensors) carry
      * no dataset: the placeholder folder would fail with a path the user
      * never gave. */
-    int data_given = 0;
-    for (int i = 0; i < o->n_overrides; i++)
-        data_given |= sets_key(o->overrides[i], "dataset") ||
-                      sets_key(o->overrides[i], "data_dir");
     if (e->m.foreign && !data_given)
         return cl_error(CL_ERR_ARG,
                         "%s holds weights only and names no dataset: give "
