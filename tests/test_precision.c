@@ -17,6 +17,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "test_data_fixtures.h"
+#include "tiny_run.h"
 
 /* Whether this CPU (as oneDNN is capped) computes bf16 dot products: the
  * condition under which bf16 must run, and elsewhere be refused. */
@@ -26,27 +27,11 @@ static int bf16_native(void)
     return strstr(isa, "bf16") != NULL || strstr(isa, "amx") != NULL;
 }
 
-/* A one-epoch resnet18 on an ImageFolder of 16 training JPEGs (classes a
- * and b) trained by `classic train`; its model file, or NULL. */
+/* The tiny model's file, absolute (tiny_run.h), or NULL. */
 static const char *tiny_checkpoint(void)
 {
-    static char ckpt[1400];
-    char root[1024], args[4000];
-    snprintf(root, sizeof root, "%s", cl_test_path("folder"));
-    if (fx_image_split(root, "train", 16) != 0 ||
-        fx_image_split(root, "val", 6) != 0)
-        return NULL;
-    snprintf(args, sizeof args,
-             "train --dataset imagefolder --data_dir %s --model resnet18 "
-             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
-             "--num_parallel_workers 0 --seed 3 --ckpt_save_dir %s "
-             "--log_level error",
-             root, cl_test_path("run"));
-    if (cl_test_classic(args) != 0)
-        return NULL;
-    snprintf(ckpt, sizeof ckpt, "%s/resnet18-last.safetensors",
-             cl_test_path("run"));
-    return ckpt;
+    const char *rel = tiny_run();
+    return rel ? cl_test_path(rel) : NULL;
 }
 
 /* ||a - b|| / ||b|| over n floats. */

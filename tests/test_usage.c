@@ -12,27 +12,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "test_data_fixtures.h"
-
-/* A one-epoch resnet18 on an ImageFolder (classes a and b: 16 training
- * and 6 validation JPEGs) in the test's folder; its model file's path
- * relative to that folder ("run/resnet18-last.safetensors"), or NULL. */
-static const char *tiny_run(void)
-{
-    char root[1024], args[4000];
-    snprintf(root, sizeof root, "%s", cl_test_path("folder"));
-    if (fx_image_split(root, "train", 16) != 0 ||
-        fx_image_split(root, "val", 6) != 0)
-        return NULL;
-    snprintf(args, sizeof args,
-             "train --dataset imagefolder --data_dir %s --model resnet18 "
-             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
-             "--num_parallel_workers 0 --seed 3 --ckpt_save_dir %s "
-             "--log_level error",
-             root, cl_test_path("run"));
-    if (cl_test_classic(args) != 0)
-        return NULL;
-    return "run/resnet18-last.safetensors";
-}
+#include "tiny_run.h"
 
 /* Runs `cd <test folder> && classic <args>` with stdout alone into
  * out.txt (stderr into err.txt); the exit status. */
