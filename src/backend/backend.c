@@ -113,11 +113,12 @@ void cl_backend_fallback_names(const cl_backend *be, char *buf, size_t n)
     }
 }
 
-static const char *const precision_names[CL_PRECISION_COUNT] = {"f32", "bf16"};
+static const char *const precision_names[CL_PRECISION_COUNT] = {"f32", "bf16",
+                                                                "int8"};
 
 cl_status cl_precision_parse(const char *s, cl_precision *out)
 {
-    *out = CL_PRECISION_F32;
+    *out = CL_PRECISION_AUTO;
     if (!s)
         return CL_OK;
     for (int p = 0; p < CL_PRECISION_COUNT; p++)
@@ -125,11 +126,14 @@ cl_status cl_precision_parse(const char *s, cl_precision *out)
             *out = (cl_precision)p;
             return CL_OK;
         }
-    return cl_error(CL_ERR_ARG, "precision '%s' is not one of f32, bf16", s);
+    return cl_error(CL_ERR_ARG, "precision '%s' is not one of f32, bf16, int8",
+                    s);
 }
 
 const char *cl_precision_name(cl_precision p)
 {
+    if (p == CL_PRECISION_AUTO)
+        return "the model's own";
     return p >= 0 && p < CL_PRECISION_COUNT ? precision_names[p] : "?";
 }
 
@@ -140,13 +144,17 @@ int cl_precision_amp_level(cl_precision p)
 
 cl_status cl_precision_check(const char *name, cl_precision p)
 {
-    if (p == CL_PRECISION_F32)
+    if (p == CL_PRECISION_F32 || p == CL_PRECISION_AUTO)
         return CL_OK;
     if (name && strcmp(name, "ref") == 0)
         return cl_error(CL_ERR_UNSUPPORTED,
                         "precision %s runs on the onednn backend only; ref, "
                         "the f32 oracle, runs precision f32",
                         cl_precision_name(p));
+    /* oneDNN runs int8 on every ISA it runs at (below VNNI with 7-bit
+     * weights, onednn/conv.c); the model must carry scales (model.c). */
+    if (p == CL_PRECISION_INT8)
+        return CL_OK;
     /* Offered only where bf16 runs fast: a user choosing it for speed
      * must hear about an emulated path rather than get it. */
     if (!cl_dnnl_bf16_native())

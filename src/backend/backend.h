@@ -19,17 +19,23 @@ typedef enum cl_plan_mode {
 
 /* The number format a trained model is run at for inference (predict,
  * eval, embed, retrieve, bench --mode infer, the API's precision option):
- * f32, or bf16 weights and activations with f32 accumulation (the
- * amp_level 2 inference plan: BN folded into bf16 convolutions).  Training
- * keeps its own amp_level.  docs/deploy.md says which to choose. */
+ * f32, bf16 weights and activations with f32 accumulation (the amp_level 2
+ * inference plan: BN folded into bf16 convolutions), or int8 (a model
+ * `classic quantize` wrote: the nodes with scales in g->quant as u8/s8 x
+ * s8 primitives with s32 accumulation, the rest in f32).  Training keeps
+ * its own amp_level.  docs/deploy.md says which to choose. */
 typedef enum cl_precision {
+    /* None asked for: the model's own, int8 for a quantized model, f32
+     * otherwise (what cl_precision_parse gives for NULL). */
+    CL_PRECISION_AUTO = -1,
     CL_PRECISION_F32 = 0,
     CL_PRECISION_BF16 = 1,
+    CL_PRECISION_INT8 = 2,
     CL_PRECISION_COUNT
 } cl_precision;
 
-/* "f32" | "bf16" (NULL: f32) into *out; CL_ERR_ARG naming the choices
- * otherwise. */
+/* "f32" | "bf16" | "int8" (NULL: CL_PRECISION_AUTO) into *out; CL_ERR_ARG
+ * naming the choices otherwise. */
 cl_status cl_precision_parse(const char *s, cl_precision *out);
 const char *cl_precision_name(cl_precision p);
 /* The amp_level of an inference plan at precision p. */
@@ -68,6 +74,9 @@ typedef struct cl_backend_opts {
      * reference fallback although it has kernels for them, so that the
      * fallback can be held against the ref backend; 0 in normal use. */
     unsigned fallback_ops;
+    /* oneDNN inference plans: 1 runs every node with int8 scales
+     * (cl_graph_quant_node) as an int8 primitive (precision int8). */
+    int int8;
 } cl_backend_opts;
 
 /* A set of ops is a mask of bits 1u << op (cl_backend_opts.fallback_ops,

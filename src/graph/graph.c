@@ -39,6 +39,13 @@ void cl_graph_free(cl_graph *g)
     cl_free(g->params);
     cl_free(g->grads);
     cl_free(g->buffers);
+    if (g->quant) {
+        cl_free(g->quant->act_scale);
+        cl_free(g->quant->act_signed);
+        cl_free(g->quant->w_off);
+        cl_free(g->quant->w_scale);
+        cl_free(g->quant);
+    }
     memset(g, 0, sizeof *g);
     g->input = g->labels = g->targets = -1;
     g->logits = g->loss = g->features = -1;
@@ -625,7 +632,74 @@ cl_status cl_graph_copy_state(cl_graph *dst, const cl_graph *src)
         else
             memcpy(dst->buffers + b->offset, src->buffers + a->offset, bytes);
     }
+    if (!src->quant)
+        return CL_OK;
+    if (!dst->quant)
+        CL_TRY(cl_graph_quant_init(dst));
+    if (dst->n_nodes != src->n_nodes ||
+        dst->quant->n_w_scale != src->quant->n_w_scale)
+        return cl_error(CL_ERR_ARG, "graph: copying int8 scales between "
+                                    "graphs of different networks");
+    const cl_graph_quant *a = src->quant;
+    cl_graph_quant *b = dst->quant;
+    memcpy(b->act_scale, a->act_scale,
+           sizeof *a->act_scale * (size_t)src->n_tensors);
+    memcpy(b->act_signed, a->act_signed, (size_t)src->n_tensors);
+    memcpy(b->w_scale, a->w_scale, sizeof *a->w_scale * a->n_w_scale);
     return CL_OK;
+}
+
+/* Output channels of a node with int8 weights, 0 for other ops. */
+static int quant_channels(const cl_node *n)
+{
+    if (n->op == CL_OP_CONV2D)
+        return n->attr.conv2d.out_ch;
+    if (n->op == CL_OP_LINEAR)
+        return n->attr.linear.out_features;
+    return 0;
+}
+
+cl_status cl_graph_quant_init(cl_graph *g)
+{
+    if (!g->finalized)
+        return cl_error(CL_ERR_ARG, "graph: int8 scales before finalize");
+    if (g->quant)
+        return CL_OK;
+    cl_graph_quant *q = cl_alloc_zero(sizeof *q, "graph: int8 scales");
+    if (!q)
+        return CL_ERR_NOMEM;
+    g->quant = q;
+    size_t nt = (size_t)g->n_tensors, nn = (size_t)g->n_nodes;
+    q->act_scale =
+        cl_alloc_zero(sizeof *q->act_scale * nt, "graph: int8 scales");
+    q->act_signed = cl_alloc_zero(nt ? nt : 1, "graph: int8 scales");
+    q->w_off = cl_alloc(sizeof *q->w_off * (nn ? nn : 1), "graph: int8 scales");
+    if (!q->act_scale || !q->act_signed || !q->w_off)
+        return CL_ERR_NOMEM; /* cl_graph_free frees the rest */
+    for (size_t i = 0; i < nn; i++) {
+        int c = quant_channels(&g->nodes[i]);
+        q->w_off[i] = c ? (int)q->n_w_scale : -1;
+        q->n_w_scale += (size_t)c;
+    }
+    q->w_scale =
+        cl_alloc_zero(sizeof *q->w_scale * (q->n_w_scale ? q->n_w_scale : 1),
+                      "graph: int8 scales");
+    return q->w_scale ? CL_OK : CL_ERR_NOMEM;
+}
+
+float *cl_graph_quant_wscale(const cl_graph *g, int i)
+{
+    if (!g->quant || i < 0 || i >= g->n_nodes || g->quant->w_off[i] < 0)
+        return NULL;
+    return g->quant->w_scale + g->quant->w_off[i];
+}
+
+int cl_graph_quant_node(const cl_graph *g, int i)
+{
+    const float *w = cl_graph_quant_wscale(g, i);
+    if (!w || g->nodes[i].n_in < 1)
+        return 0;
+    return w[0] > 0.0f && g->quant->act_scale[g->nodes[i].in[0]] > 0.0f;
 }
 
 cl_status cl_graph_finalize(cl_graph *g)

@@ -108,6 +108,26 @@ typedef struct cl_node {
 
 typedef struct cl_backend cl_backend;
 
+/* The scales of an int8 model (a file `classic quantize` wrote; docs/
+ * deploy.md): a value v of an activation or weight stands for the integer
+ * q = round(v / scale), clamped to its type.  The graph's weights are
+ * then the dequantized ones (q * scale, BN folded in first and left as
+ * the identity plus a bias), so f32 runs the same numbers the int8 plan
+ * quantizes back exactly. */
+typedef struct cl_graph_quant {
+    /* Per tensor: the scale of its int8 copy, 0 where no int8 node reads
+     * it; act_signed 1 for s8 (it takes negative values), 0 for u8. */
+    float *act_scale;
+    unsigned char *act_signed;
+    /* Per conv and linear node: w_off[node] indexes w_scale, the scale of
+     * each output channel of its s8 weights (out_ch or out_features of
+     * them), all 0 where the node stays in floating point; -1 for other
+     * ops. */
+    int *w_off;
+    float *w_scale;
+    size_t n_w_scale;
+} cl_graph_quant;
+
 typedef struct cl_graph {
     cl_node *nodes;
     int n_nodes, cap_nodes;
@@ -129,6 +149,8 @@ typedef struct cl_graph {
     float *buffers;
     size_t n_buffer_floats;
     int finalized;
+    /* The int8 scales (cl_graph_quant_init), NULL for f32 weights. */
+    cl_graph_quant *quant;
 } cl_graph;
 
 /* ---- building ----------------------------------------------------------- */
@@ -212,6 +234,17 @@ cl_status cl_graph_derived_add(cl_graph *g, const char *name, cl_shape shape,
  * their buffer arenas need not.  CL_ERR_ARG naming the first tensor that
  * differs in name or shape. */
 cl_status cl_graph_copy_state(cl_graph *dst, const cl_graph *src);
+
+/* ---- int8 scales ----------------------------------------------------------
+ */
+/* Gives finalized g an int8 record with every scale 0 (no node int8). */
+cl_status cl_graph_quant_init(cl_graph *g);
+/* Whether node i runs in int8: a conv or linear whose weights have scales
+ * and whose input has one. */
+int cl_graph_quant_node(const cl_graph *g, int i);
+/* Node i's weight scales (one per output channel), NULL for other ops or
+ * without a record. */
+float *cl_graph_quant_wscale(const cl_graph *g, int i);
 
 /* Allocates the arenas (zeroed) and fixes consumers / last uses.  After
  * this, no node may be added. */

@@ -147,24 +147,34 @@ static cl_status from_tensors(cl_model *m, const cl_weights *w,
 static cl_status plan(cl_model *m, const char *backend, cl_plan_mode mode,
                       int threads, cl_precision prec)
 {
+    if (prec == CL_PRECISION_AUTO)
+        prec = m->g.quant && mode == CL_PLAN_INFER ? CL_PRECISION_INT8
+                                                   : CL_PRECISION_F32;
     if (prec != CL_PRECISION_F32 && mode != CL_PLAN_INFER)
         return cl_error(CL_ERR_ARG,
                         "precision %s is for inference; training "
                         "chooses its own with amp_level",
                         cl_precision_name(prec));
+    if (prec == CL_PRECISION_INT8 && !m->g.quant)
+        return cl_error(CL_ERR_UNSUPPORTED,
+                        "precision int8 runs a quantized model, and this one "
+                        "holds f32 weights: make one with `classic quantize "
+                        "--checkpoint CKPT --calib DATA --out Q.safetensors`");
     m->precision = prec;
     if (!backend)
         return CL_OK;
     CL_TRY(cl_precision_check(backend, prec));
     cl_backend_opts bo = {.threads = threads,
-                          .amp_level = cl_precision_amp_level(prec)};
+                          .amp_level = cl_precision_amp_level(prec),
+                          .int8 = prec == CL_PRECISION_INT8};
     return cl_backend_create(&m->be, backend, &m->g, mode, &bo);
 }
 
 cl_status cl_model_plan_like(const cl_model *m, const char *backend,
                              cl_graph *g, cl_backend **out)
 {
-    cl_backend_opts bo = {.amp_level = cl_precision_amp_level(m->precision)};
+    cl_backend_opts bo = {.amp_level = cl_precision_amp_level(m->precision),
+                          .int8 = m->precision == CL_PRECISION_INT8};
     return cl_backend_create(out, backend, g, CL_PLAN_INFER, &bo);
 }
 
