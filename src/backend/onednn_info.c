@@ -54,6 +54,19 @@ int cl_dnnl_bf16_supported(void)
     }
 }
 
+int cl_dnnl_int8_vnni(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+    case dnnl_cpu_isa_avx2_vnni:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int cl_dnnl_bf16_native(void)
 {
     switch (dnnl_get_effective_cpu_isa()) {

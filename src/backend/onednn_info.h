@@ -17,6 +17,10 @@ int cl_dnnl_bf16_supported(void);
  * vdpbf16ps, or AMX); on plain AVX-512 oneDNN runs bf16 by converting every
  * operand, slower than f32. */
 int cl_dnnl_bf16_native(void);
+/* Non-zero where oneDNN's int8 kernels sum u8 x s8 products in 32 bits
+ * (VNNI: avx512_vnni, avx_vnni, AMX); below, pairs are summed in 16 bits
+ * first and can saturate. */
+int cl_dnnl_int8_vnni(void);
 
 struct cl_backend;
 /* Steps of an onednn backend's plan (every list) named `what`, e.g.

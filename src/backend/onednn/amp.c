@@ -47,6 +47,34 @@ fail:
     return st;
 }
 
+cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
+                           const dnnl_memory_desc_t *want, int *store)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    dn_tensor *t = &d->t[rep(d, x)];
+    if (t->q8 >= 0 && md_eq(&t->q8_md, want)) {
+        *store = t->q8;
+        return CL_OK;
+    }
+    const float inv = 1.0f / d->g->quant->act_scale[x];
+    TRY_GOTO(cl_dnnl_md_store(d, want, store));
+    TRY_GOTO(cl_dnnl_reorder_make_scaled(d, i, "int8 quantize", &t->md, want, 1,
+                                         0, &inv, &pd, &prim));
+    TRY_GOTO(cl_dnnl_step_prim(d, fwd_list(d, 0), i, "int8 quantize", i, pd,
+                               prim, &s));
+    cl_dnnl_arg_store(d, s, DNNL_ARG_FROM, t->store, &t->md);
+    cl_dnnl_arg_store(d, s, DNNL_ARG_TO, *store, want);
+    if (t->q8 < 0) {
+        t->q8 = *store;
+        t->q8_md = *want;
+    }
+fail:
+    return st;
+}
+
 /* Store s (layout md) in layout want for node i's backward: s itself when
  * the two match, else a copy made by a reorder at that time. */
 cl_status cl_dnnl_bwd_copy(dn_ctx *d, int i, const char *what, int s,

@@ -205,15 +205,19 @@ fail:
     return st;
 }
 
-cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
-                               const dnnl_memory_desc_t *src,
-                               const dnnl_memory_desc_t *dst,
-                               dnnl_primitive_desc_t *pd,
-                               dnnl_primitive_t *prim)
+cl_status cl_dnnl_reorder_make_scaled(dn_ctx *d, int node, const char *what,
+                                      const dnnl_memory_desc_t *src,
+                                      const dnnl_memory_desc_t *dst, int64_t n,
+                                      int mask, const float *scales,
+                                      dnnl_primitive_desc_t *pd,
+                                      dnnl_primitive_t *prim)
 {
     cl_status st = CL_OK;
     dnnl_primitive_attr_t attr = NULL;
     TRY_GOTO(cl_dnnl_attr_new(d, &attr));
+    if (scales)
+        DN(dnnl_primitive_attr_set_output_scales(attr, n, mask, scales), node,
+           what);
     *pd = NULL;
     DN(dnnl_reorder_primitive_desc_create(pd, src, d->eng, dst, d->eng, attr),
        node, what);
@@ -224,6 +228,16 @@ fail:
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     return st;
+}
+
+cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
+                               const dnnl_memory_desc_t *src,
+                               const dnnl_memory_desc_t *dst,
+                               dnnl_primitive_desc_t *pd,
+                               dnnl_primitive_t *prim)
+{
+    return cl_dnnl_reorder_make_scaled(d, node, what, src, dst, 0, 0, NULL, pd,
+                                       prim);
 }
 
 cl_status cl_dnnl_step_new(dn_ctx *d, dn_list *l, dn_step_kind k, int node,

@@ -70,6 +70,91 @@ static cl_status fold_bn(dn_ctx *d, const dn_step *s)
     return CL_OK;
 }
 
+/* ---- int8 inference -------------------------------------------------------
+ *
+ * A conv with int8 scales (cl_graph_quant_node) in an int8 plan reads its
+ * input as u8/s8 (cl_dnnl_value_q8) and s8 weights, accumulates in s32 and
+ * writes the usual f32 output through oneDNN's output scales, the bias, a
+ * sum post-op and ReLU as the f32 conv does.  The weights, BN folded as
+ * for f32, are quantized per output channel by a reorder with scales
+ * 1 / s_w.  Below VNNI oneDNN 2.6 sums u8 x s8 products in pairs into 16
+ * bits (vpmaddubsw), which a u8 input near 255 saturates (measured:
+ * tests/test_int8.c fails so), so there the weights of a u8-input conv
+ * are quantized at 7 bits, 2 s_w per step (wmul 2), and the output scale
+ * takes the 2 back; s8 inputs run exactly at 8 bits. */
+static float q8_wmul(const dn_ctx *d, int i)
+{
+    const cl_graph *g = d->g;
+    return d->q8_half && !g->quant->act_signed[g->nodes[i].in[0]] ? 2.0f : 1.0f;
+}
+
+static int conv_q8(const dn_ctx *d, int i)
+{
+    const cl_node *n = &d->g->nodes[i];
+    return d->mode == CL_PLAN_INFER && d->be->opts.int8 &&
+           n->attr.conv2d.groups == 1 && cl_graph_quant_node(d->g, i);
+}
+
+/* The bias of int8 conv step s's node over its output scales. */
+static cl_status q8_bias(dn_ctx *d, const dn_step *s)
+{
+    const cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const dn_weighted *x = &d->nd[s->node].u.w;
+    const float *b =
+        x->bn >= 0 ? x->bias : cl_graph_param((cl_graph *)g, n->param[1]);
+    const float *ws = cl_graph_quant_wscale(g, s->node);
+    const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, s->node);
+    for (int o = 0; o < n->attr.conv2d.out_ch; o++)
+        x->qbias[o] = b[o] / (sx * ws[o]);
+    return CL_OK;
+}
+
+/* The s8 weights of int8 conv i (from the folded copy in d->fold when BN
+ * folds, else the graph's) and its bias over the output scales, by sync
+ * steps after the fold. */
+static cl_status plan_q8_weights(dn_ctx *d, int i, int fold,
+                                 const dnnl_memory_desc_t *wplain, float *w)
+{
+    cl_status st = CL_OK;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const int O = n->attr.conv2d.out_ch;
+    dn_weighted *x = &d->nd[i].u.w;
+    const float *ws = cl_graph_quant_wscale(g, i);
+    float *inv = NULL;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    inv = cl_alloc(sizeof *inv * (size_t)O, "onednn: int8 weights");
+    x->w = cl_alloc(md_size(&x->w_md), "onednn: int8 weights");
+    if (fold || n->attr.conv2d.has_bias)
+        x->qbias = cl_alloc(sizeof *x->qbias * (size_t)O, "onednn: int8 bias");
+    if (fold && !x->bias)
+        x->bias = cl_alloc(sizeof *x->bias * (size_t)O, "onednn: folded bias");
+    if (!inv || !x->w || ((fold || n->attr.conv2d.has_bias) && !x->qbias) ||
+        (fold && !x->bias)) {
+        st = CL_ERR_NOMEM;
+        goto fail;
+    }
+    for (int o = 0; o < O; o++)
+        inv[o] = 1.0f / (ws[o] * q8_wmul(d, i));
+    if (fold)
+        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, fold_bn, i, "fold batch norm", 0,
+                                  &s));
+    TRY_GOTO(cl_dnnl_reorder_make_scaled(d, i, "int8 weights", wplain, &x->w_md,
+                                         O, 1 << 0, inv, &pd, &prim));
+    TRY_GOTO(
+        cl_dnnl_step_prim(d, &d->sync, i, "int8 weights", 0, pd, prim, &s));
+    cl_dnnl_arg_ext(s, DNNL_ARG_FROM, fold ? d->fold : w, wplain);
+    cl_dnnl_arg_ext(s, DNNL_ARG_TO, x->w, &x->w_md);
+    if (x->qbias)
+        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, q8_bias, i, "int8 bias", 0, &s));
+fail:
+    cl_free(inv);
+    return st;
+}
+
 cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
 {
     cl_status st = CL_OK;
@@ -86,19 +171,31 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     dn_step *s;
     int infer = d->mode == CL_PLAN_INFER;
     int fold = infer && x->bn >= 0;
+    int q8 = conv_q8(d, i);
     int has_bias = a->has_bias || fold;
     const dnnl_memory_desc_t *xin = in_md(d, n->in[0]);
+    const float *ws = q8 ? cl_graph_quant_wscale(g, i) : NULL;
+    float *oscale = NULL;
 
     int src = -1;
     dims_of(&gt(d, n->in[0])->shape, sdims);
     dims_of(&gt(d, n->out)->shape, ddims);
     int wnd = conv_wdims(d, i, wdims);
     conv_geometry(d, i, strides, dil, pl, pr);
-    if (xin)
+    if (q8) {
+        /* The src as u8/s8 in the layout the primitive picks, quantized
+         * from the input's store once the primitive is made. */
+        TRY_GOTO(cl_dnnl_ensure_input_md(d, n->in[0]));
+        cl_dnnl_md_any(&smd, 4, sdims,
+                       g->quant->act_signed[n->in[0]] ? dnnl_s8 : dnnl_u8);
+        cl_dnnl_md_any(&wmd, wnd, wdims, dnnl_s8);
+    } else if (xin) {
         TRY_GOTO(cl_dnnl_value_as(d, i, n->in[0], conv_dt(d), &smd, &src));
-    else
+        cl_dnnl_md_any(&wmd, wnd, wdims, conv_dt(d));
+    } else {
         cl_dnnl_md_any(&smd, 4, sdims, conv_dt(d));
-    cl_dnnl_md_any(&wmd, wnd, wdims, conv_dt(d));
+        cl_dnnl_md_any(&wmd, wnd, wdims, conv_dt(d));
+    }
     cl_dnnl_md_plain(&wplain, wnd, wdims);
     md_1d(&bmd, a->out_ch);
     if (x->sum >= 0) {
@@ -117,12 +214,31 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     TRY_GOTO(cl_dnnl_attr_post(
         d, x->sum >= 0, d->nd[i].relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
         &attr));
-    TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution forward", &cd, attr, NULL,
-                               &pd, &prim));
+    if (q8) {
+        /* dst = s_x s_w[o] (acc + bias / (s_x s_w[o])): oneDNN 2.x scales
+         * the s32 sum with the bias in it, then runs the post-ops. */
+        const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, i);
+        oscale = cl_alloc(sizeof *oscale * (size_t)a->out_ch, "onednn: int8");
+        if (!oscale) {
+            st = CL_ERR_NOMEM;
+            goto fail;
+        }
+        for (int o = 0; o < a->out_ch; o++)
+            oscale[o] = sx * ws[o];
+        DN(dnnl_primitive_attr_set_output_scales(attr, a->out_ch, 1 << 1,
+                                                 oscale),
+           i, "int8 convolution output scales");
+    }
+    TRY_GOTO(cl_dnnl_prim_make(
+        d, i, q8 ? "int8 convolution forward" : "convolution forward", &cd,
+        attr, NULL, &pd, &prim));
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;
     d->nd[i].fwd_pd = pd;
-    if (!xin) {
+    if (q8) {
+        smd = cl_dnnl_qmd(pd, dnnl_query_src_md, 0);
+        TRY_GOTO(cl_dnnl_value_q8(d, i, n->in[0], &smd, &src));
+    } else if (!xin) {
         smd = cl_dnnl_qmd(pd, dnnl_query_src_md, 0);
         TRY_GOTO(cl_dnnl_set_md(d, n->in[0], &smd, -1));
         src = d->t[rep(d, n->in[0])].store;
@@ -134,7 +250,9 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
                             x->sum >= 0 ? d->t[rep(d, x->sum)].store : -1));
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
-    if (fold) {
+    if (q8) {
+        TRY_GOTO(plan_q8_weights(d, i, fold, &wplain, w));
+    } else if (fold) {
         dn_step *f;
         x->bias =
             cl_alloc(sizeof(float) * (size_t)a->out_ch, "onednn: folded bias");
@@ -156,15 +274,19 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
                                    i, pd, prim, &s));
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         cl_dnnl_arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
-        if (fold)
+        if (q8 && has_bias)
+            cl_dnnl_arg_ext(s, DNNL_ARG_BIAS, x->qbias, &bmd);
+        else if (fold)
             cl_dnnl_arg_ext(s, DNNL_ARG_BIAS, x->bias, &bmd);
         else if (a->has_bias)
             cl_dnnl_arg_ext(s, DNNL_ARG_BIAS, cl_graph_param(g, n->param[1]),
                             &bmd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &dmd);
     }
+    cl_free(oscale);
     return CL_OK;
 fail:
+    cl_free(oscale);
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     return st;
@@ -513,4 +635,5 @@ void cl_dnnl_weighted_free(dn_node *x)
     cl_free(x->u.w.w);
     cl_free(x->u.w.wb);
     cl_free(x->u.w.bias);
+    cl_free(x->u.w.qbias);
 }

@@ -106,6 +106,8 @@ typedef struct dn_tensor {
     dnnl_memory_desc_t md;
     int cast;                   /* the value in the other type, or -1 */
     dnnl_memory_desc_t cast_md; /* its md: md with the other data type */
+    int q8;                     /* int8 plans: its u8/s8 copy, or -1 */
+    dnnl_memory_desc_t q8_md;
 } dn_tensor;
 
 /* ---- per-op node data ---------------------------------------------------- */
@@ -117,6 +119,7 @@ typedef struct dn_weighted {
     dnnl_memory_desc_t w_md, wb_md; /* forward / backward-data weights */
     float *w, *wb;    /* reordered weight copies, NULL for the plain arena */
     float *bias;      /* inference: folded bias (out_ch) */
+    float *qbias;     /* int8: the bias over the output scales (out_ch) */
     cl_bn_layout lay; /* a conv whose dx runs on the stride grid: its
                          input's layout */
     int src;          /* the store the forward reads as src (a bf16 copy
@@ -236,6 +239,10 @@ struct dn_ctx {
     double *sync_sums;
     size_t sync_len;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
+    /* int8 plans below VNNI: u8 x s8 products are summed in pairs into 16
+     * bits (vpmaddubsw), which saturate at 255 x 127 x 2, so the weights
+     * of a u8-input node run at 7 bits (onednn/conv.c). */
+    int q8_half;
     /* Conv backward paths, one char per node (cl_dnnl_conv_paths): wanted
      * at plan start, what was planned once the node is planned. */
     char *paths;
@@ -485,6 +492,16 @@ cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
                                const dnnl_memory_desc_t *dst,
                                dnnl_primitive_desc_t *pd,
                                dnnl_primitive_t *prim);
+/* As cl_dnnl_reorder_make, each value multiplied by scales[] on the way
+ * (oneDNN's output scales: n of them over the dims in mask, n == 1 and
+ * mask 0 for one), rounded to nearest even and saturated into dst's type:
+ * how int8 copies are made. */
+cl_status cl_dnnl_reorder_make_scaled(dn_ctx *d, int node, const char *what,
+                                      const dnnl_memory_desc_t *src,
+                                      const dnnl_memory_desc_t *dst, int64_t n,
+                                      int mask, const float *scales,
+                                      dnnl_primitive_desc_t *pd,
+                                      dnnl_primitive_t *prim);
 cl_status cl_dnnl_step_new(dn_ctx *d, dn_list *l, dn_step_kind k, int node,
                            const char *what, int time, dn_step **out);
 /* A step that runs fn (STEP_RUN). */
@@ -556,6 +573,12 @@ static inline dnnl_data_type_t act_dt(const dn_ctx *d)
 
 cl_status cl_dnnl_value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
                            dnnl_memory_desc_t *md, int *store);
+/* int8 plans: the value of x as q = x / g->quant->act_scale[x], rounded and
+ * saturated to u8 or s8 (act_signed), in layout want (the int8 primitive's
+ * src md); one copy per tensor, made before node i, shared by every
+ * reader that wants the same md. */
+cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
+                           const dnnl_memory_desc_t *want, int *store);
 cl_status cl_dnnl_bwd_copy(dn_ctx *d, int i, const char *what, int s,
                            const dnnl_memory_desc_t *md,
                            const dnnl_memory_desc_t *want, int *store);

@@ -128,6 +128,7 @@ cl_status cl_dnnl_plan_begin(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     d->g = g;
     d->mode = mode;
     d->amp = be->opts.amp_level;
+    d->q8_half = !cl_dnnl_int8_vnni();
     if (d->amp && !cl_dnnl_bf16_supported())
         return cl_error(CL_ERR_UNSUPPORTED,
                         "amp_level O%d needs bf16 convolutions, which oneDNN "
@@ -158,7 +159,7 @@ cl_status cl_dnnl_plan_begin(cl_backend *be, cl_graph *g, cl_plan_mode mode)
     }
     for (int t = 0; t < g->n_tensors; t++) {
         d->t[t].rep = t;
-        d->t[t].store = d->t[t].dstore = d->t[t].cast = -1;
+        d->t[t].store = d->t[t].dstore = d->t[t].cast = d->t[t].q8 = -1;
         d->lastc[t] = -1;
     }
     for (int i = 0; i < g->n_nodes; i++) {
