@@ -94,6 +94,19 @@ static cl_status build_conv_bias(cl_graph *g)
     return head(g, y, 8);
 }
 
+/* Linear over the last dimension of the image (Swin's token layers are
+ * linears over rank 3 and up), with its GELU fused, then a second linear
+ * reading the first's output. */
+static cl_status build_tokens(cl_graph *g)
+{
+    int x, y, z;
+    cl_linear_attr a = {8, 16, 1};
+    CL_TRY(cl_graph_input(g, 3, 4, 8, &x));
+    CL_TRY(cl_graph_linear(g, "proj", x, &a, &y));
+    CL_TRY(cl_graph_gelu(g, "gelu", y, &z));
+    return head(g, z, 3);
+}
+
 /* BN node i as the identity plus a bias beta, as a quantized model holds
  * it: gamma 1, mean 0 and a variance v with v + eps == 1 in f32, so that
  * folding multiplies by exactly 1. */
@@ -154,12 +167,13 @@ static void fold(cl_graph *g, int i)
     bn_identity(g, j);
 }
 
-/* Conv i's weights as s_w q with q even in [-126, 126] (exact at 7 bits),
- * s_w per output channel from max |w|, recorded in g->quant. */
+/* Conv or linear i's weights as s_w q with q even in [-126, 126] (exact
+ * at 7 bits), s_w per output channel from max |w|, recorded in g->quant. */
 static void quantize_weights(cl_graph *g, int i)
 {
     const cl_node *n = &g->nodes[i];
-    const int O = n->attr.conv2d.out_ch;
+    const int O = n->op == CL_OP_CONV2D ? n->attr.conv2d.out_ch
+                                        : n->attr.linear.out_features;
     const int64_t per = cl_graph_numel(g, n->param[0]) / O;
     float *w = cl_graph_param(g, n->param[0]);
     float *ws = cl_graph_quant_wscale(g, i);
@@ -243,8 +257,10 @@ static void exact_case(build_fn build, int is_signed, const char *what)
     g.quant->act_scale[g.input] = sx;
     g.quant->act_signed[g.input] = (unsigned char)is_signed;
     for (int i = 0; i < g.n_nodes; i++)
-        if (g.nodes[i].op == CL_OP_CONV2D && g.nodes[i].in[0] == g.input) {
-            fold(&g, i);
+        if ((g.nodes[i].op == CL_OP_CONV2D || g.nodes[i].op == CL_OP_LINEAR) &&
+            g.nodes[i].in[0] == g.input) {
+            if (g.nodes[i].op == CL_OP_CONV2D)
+                fold(&g, i);
             quantize_weights(&g, i);
             CHECK(cl_graph_quant_node(&g, i));
         }
@@ -286,6 +302,16 @@ CL_TEST(residual_sum_exact)
 CL_TEST(conv_bias_exact)
 {
     exact_case(build_conv_bias, 0, "conv with bias, no BN, u8");
+}
+
+CL_TEST(token_linear_gelu_exact)
+{
+    exact_case(build_tokens, 1, "linear over tokens + GELU, s8");
+}
+
+CL_TEST(token_linear_exact_unsigned)
+{
+    exact_case(build_tokens, 0, "linear over tokens + GELU, u8");
 }
 
 /* Without scales for a node, an int8 plan runs it as f32: a record whose

@@ -10,6 +10,7 @@
  * and writes weight gradients in f32 straight to the grad arena; BN keeps
  * its statistics and parameters in f32 (bn.c). */
 
+#include <stdlib.h>
 #include "backend/onednn/internal.h"
 #include "core/mem.h"
 
@@ -72,6 +73,142 @@ cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
         t->q8_md = *want;
     }
 fail:
+    return st;
+}
+
+/* ---- int8 ------------------------------------------------------------------
+ *
+ * A conv or linear with int8 scales (cl_graph_quant_node) in an int8 plan
+ * reads its input as u8/s8 (cl_dnnl_value_q8) and s8 weights, sums in s32
+ * and writes its usual f32 output through oneDNN's output scales s_x s_w
+ * per output channel; oneDNN 2.x scales the sum with the bias in it, so
+ * the bias is divided by them first, and the post-ops (sum, ReLU, GELU)
+ * follow as in f32.  The weights (BN folded for a conv) are quantized by
+ * a reorder with scales 1 / s_w.
+ *
+ * Below VNNI oneDNN 2.6 sums u8 x s8 products in pairs into 16 bits
+ * (vpmaddubsw), which can saturate.  Some of its kernels avoid it
+ * themselves, with weights it halves on the way in (a weights md whose
+ * extra flags say "scale adjust": its convolutions of s8 inputs); the
+ * others saturate (measured: tests/test_int8.c fails on its convolutions
+ * of u8 inputs and its inner products of s8 ones).  For those the weights
+ * are quantized at 7 bits here, 2 s_w per step, and the output scales
+ * take the 2 back. */
+int cl_dnnl_q8_node(const dn_ctx *d, int i)
+{
+    return d->mode == CL_PLAN_INFER && d->be->opts.int8 &&
+           cl_graph_quant_node(d->g, i);
+}
+
+/* The weight step of node i, in units of its s_w (2: 7-bit weights). */
+static float q8_wmul(const dn_ctx *d, int i)
+{
+    return d->nd[i].u.w.wmul > 0.0f ? d->nd[i].u.w.wmul : 1.0f;
+}
+
+static int q8_channels(const cl_node *n)
+{
+    return n->op == CL_OP_CONV2D ? n->attr.conv2d.out_ch
+                                 : n->attr.linear.out_features;
+}
+
+/* Sets attr's output scales s_x s_w m per output channel, m the weight
+ * step of node i. */
+static cl_status set_scales(dn_ctx *d, int i, dnnl_primitive_attr_t attr)
+{
+    cl_status st = CL_OK;
+    const cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const int O = q8_channels(n);
+    const float *ws = cl_graph_quant_wscale(g, i);
+    const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, i);
+    float *sc = cl_alloc(sizeof *sc * (size_t)O, "onednn: int8 scales");
+    if (!sc)
+        return CL_ERR_NOMEM;
+    for (int o = 0; o < O; o++)
+        sc[o] = sx * ws[o];
+    DN(dnnl_primitive_attr_set_output_scales(attr, O, 1 << 1, sc), i,
+       "int8 output scales");
+fail:
+    cl_free(sc);
+    return st;
+}
+
+cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
+                                   dnnl_primitive_attr_t attr)
+{
+    cl_status st = CL_OK;
+    dnnl_primitive_desc_t pd = NULL;
+    d->nd[i].u.w.wmul = 1.0f;
+    TRY_GOTO(set_scales(d, i, attr));
+    if (!d->q8_half)
+        return CL_OK;
+    /* Which kernel oneDNN picks, and whether its weights are halved. */
+    DN(dnnl_primitive_desc_create(&pd, desc, attr, d->eng, NULL), i,
+       "int8 primitive");
+    dnnl_memory_desc_t w = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
+    if (!(w.extra.flags & dnnl_memory_extra_flag_scale_adjust)) {
+        d->nd[i].u.w.wmul = 2.0f;
+        TRY_GOTO(set_scales(d, i, attr));
+    }
+fail:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* The bias of int8 step s's node over its output scales: a conv's folded
+ * bias when BN folded into it, else the node's own. */
+static cl_status q8_bias(dn_ctx *d, const dn_step *s)
+{
+    const cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[s->node];
+    const dn_weighted *x = &d->nd[s->node].u.w;
+    const float *b =
+        x->bn >= 0 ? x->bias : cl_graph_param((cl_graph *)g, n->param[1]);
+    const float *ws = cl_graph_quant_wscale(g, s->node);
+    const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, s->node);
+    for (int o = 0; o < q8_channels(n); o++)
+        x->qbias[o] = b[o] / (sx * ws[o]);
+    return CL_OK;
+}
+
+cl_status cl_dnnl_q8_weights(dn_ctx *d, int i, const dnnl_memory_desc_t *plain,
+                             float *w, int has_bias)
+{
+    cl_status st = CL_OK;
+    cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const int O = q8_channels(n);
+    dn_weighted *x = &d->nd[i].u.w;
+    const float *ws = cl_graph_quant_wscale(g, i);
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dn_step *s;
+    float *inv = cl_alloc(sizeof *inv * (size_t)O, "onednn: int8 weights");
+    x->w = cl_alloc(md_size(&x->w_md), "onednn: int8 weights");
+    if (has_bias) {
+        x->qbias = cl_alloc(sizeof *x->qbias * (size_t)O, "onednn: int8 bias");
+        if (x->bn >= 0 && !x->bias)
+            x->bias =
+                cl_alloc(sizeof *x->bias * (size_t)O, "onednn: folded bias");
+    }
+    if (!inv || !x->w || (has_bias && !x->qbias) || (x->bn >= 0 && !x->bias)) {
+        st = CL_ERR_NOMEM;
+        goto fail;
+    }
+    for (int o = 0; o < O; o++)
+        inv[o] = 1.0f / (ws[o] * q8_wmul(d, i));
+    TRY_GOTO(cl_dnnl_reorder_make_scaled(d, i, "int8 weights", plain, &x->w_md,
+                                         O, 1 << 0, inv, &pd, &prim));
+    TRY_GOTO(
+        cl_dnnl_step_prim(d, &d->sync, i, "int8 weights", 0, pd, prim, &s));
+    cl_dnnl_arg_ext(s, DNNL_ARG_FROM, w, plain);
+    cl_dnnl_arg_ext(s, DNNL_ARG_TO, x->w, &x->w_md);
+    if (has_bias)
+        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, q8_bias, i, "int8 bias", 0, &s));
+fail:
+    cl_free(inv);
     return st;
 }
 

@@ -70,89 +70,10 @@ static cl_status fold_bn(dn_ctx *d, const dn_step *s)
     return CL_OK;
 }
 
-/* ---- int8 inference -------------------------------------------------------
- *
- * A conv with int8 scales (cl_graph_quant_node) in an int8 plan reads its
- * input as u8/s8 (cl_dnnl_value_q8) and s8 weights, accumulates in s32 and
- * writes the usual f32 output through oneDNN's output scales, the bias, a
- * sum post-op and ReLU as the f32 conv does.  The weights, BN folded as
- * for f32, are quantized per output channel by a reorder with scales
- * 1 / s_w.  Below VNNI oneDNN 2.6 sums u8 x s8 products in pairs into 16
- * bits (vpmaddubsw), which a u8 input near 255 saturates (measured:
- * tests/test_int8.c fails so), so there the weights of a u8-input conv
- * are quantized at 7 bits, 2 s_w per step (wmul 2), and the output scale
- * takes the 2 back; s8 inputs run exactly at 8 bits. */
-static float q8_wmul(const dn_ctx *d, int i)
-{
-    const cl_graph *g = d->g;
-    return d->q8_half && !g->quant->act_signed[g->nodes[i].in[0]] ? 2.0f : 1.0f;
-}
-
+/* int8 plans: a conv with int8 scales (amp.c says how it runs). */
 static int conv_q8(const dn_ctx *d, int i)
 {
-    const cl_node *n = &d->g->nodes[i];
-    return d->mode == CL_PLAN_INFER && d->be->opts.int8 &&
-           n->attr.conv2d.groups == 1 && cl_graph_quant_node(d->g, i);
-}
-
-/* The bias of int8 conv step s's node over its output scales. */
-static cl_status q8_bias(dn_ctx *d, const dn_step *s)
-{
-    const cl_graph *g = d->g;
-    const cl_node *n = &g->nodes[s->node];
-    const dn_weighted *x = &d->nd[s->node].u.w;
-    const float *b =
-        x->bn >= 0 ? x->bias : cl_graph_param((cl_graph *)g, n->param[1]);
-    const float *ws = cl_graph_quant_wscale(g, s->node);
-    const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, s->node);
-    for (int o = 0; o < n->attr.conv2d.out_ch; o++)
-        x->qbias[o] = b[o] / (sx * ws[o]);
-    return CL_OK;
-}
-
-/* The s8 weights of int8 conv i (from the folded copy in d->fold when BN
- * folds, else the graph's) and its bias over the output scales, by sync
- * steps after the fold. */
-static cl_status plan_q8_weights(dn_ctx *d, int i, int fold,
-                                 const dnnl_memory_desc_t *wplain, float *w)
-{
-    cl_status st = CL_OK;
-    cl_graph *g = d->g;
-    const cl_node *n = &g->nodes[i];
-    const int O = n->attr.conv2d.out_ch;
-    dn_weighted *x = &d->nd[i].u.w;
-    const float *ws = cl_graph_quant_wscale(g, i);
-    float *inv = NULL;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dn_step *s;
-    inv = cl_alloc(sizeof *inv * (size_t)O, "onednn: int8 weights");
-    x->w = cl_alloc(md_size(&x->w_md), "onednn: int8 weights");
-    if (fold || n->attr.conv2d.has_bias)
-        x->qbias = cl_alloc(sizeof *x->qbias * (size_t)O, "onednn: int8 bias");
-    if (fold && !x->bias)
-        x->bias = cl_alloc(sizeof *x->bias * (size_t)O, "onednn: folded bias");
-    if (!inv || !x->w || ((fold || n->attr.conv2d.has_bias) && !x->qbias) ||
-        (fold && !x->bias)) {
-        st = CL_ERR_NOMEM;
-        goto fail;
-    }
-    for (int o = 0; o < O; o++)
-        inv[o] = 1.0f / (ws[o] * q8_wmul(d, i));
-    if (fold)
-        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, fold_bn, i, "fold batch norm", 0,
-                                  &s));
-    TRY_GOTO(cl_dnnl_reorder_make_scaled(d, i, "int8 weights", wplain, &x->w_md,
-                                         O, 1 << 0, inv, &pd, &prim));
-    TRY_GOTO(
-        cl_dnnl_step_prim(d, &d->sync, i, "int8 weights", 0, pd, prim, &s));
-    cl_dnnl_arg_ext(s, DNNL_ARG_FROM, fold ? d->fold : w, wplain);
-    cl_dnnl_arg_ext(s, DNNL_ARG_TO, x->w, &x->w_md);
-    if (x->qbias)
-        TRY_GOTO(cl_dnnl_step_run(d, &d->sync, q8_bias, i, "int8 bias", 0, &s));
-fail:
-    cl_free(inv);
-    return st;
+    return cl_dnnl_q8_node(d, i) && d->g->nodes[i].attr.conv2d.groups == 1;
 }
 
 cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
@@ -174,8 +95,6 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     int q8 = conv_q8(d, i);
     int has_bias = a->has_bias || fold;
     const dnnl_memory_desc_t *xin = in_md(d, n->in[0]);
-    const float *ws = q8 ? cl_graph_quant_wscale(g, i) : NULL;
-    float *oscale = NULL;
 
     int src = -1;
     dims_of(&gt(d, n->in[0])->shape, sdims);
@@ -215,19 +134,7 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
         d, x->sum >= 0, d->nd[i].relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
         &attr));
     if (q8) {
-        /* dst = s_x s_w[o] (acc + bias / (s_x s_w[o])): oneDNN 2.x scales
-         * the s32 sum with the bias in it, then runs the post-ops. */
-        const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, i);
-        oscale = cl_alloc(sizeof *oscale * (size_t)a->out_ch, "onednn: int8");
-        if (!oscale) {
-            st = CL_ERR_NOMEM;
-            goto fail;
-        }
-        for (int o = 0; o < a->out_ch; o++)
-            oscale[o] = sx * ws[o];
-        DN(dnnl_primitive_attr_set_output_scales(attr, a->out_ch, 1 << 1,
-                                                 oscale),
-           i, "int8 convolution output scales");
+        TRY_GOTO(cl_dnnl_q8_output_scales(d, i, &cd, attr));
     }
     TRY_GOTO(cl_dnnl_prim_make(
         d, i, q8 ? "int8 convolution forward" : "convolution forward", &cd,
@@ -251,7 +158,12 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
     if (q8) {
-        TRY_GOTO(plan_q8_weights(d, i, fold, &wplain, w));
+        /* BN folds into d->fold first, and the s8 weights come from it. */
+        if (fold)
+            TRY_GOTO(cl_dnnl_step_run(d, &d->sync, fold_bn, i,
+                                      "fold batch norm", 0, &s));
+        TRY_GOTO(cl_dnnl_q8_weights(d, i, &wplain, fold ? d->fold : w,
+                                    fold || a->has_bias));
     } else if (fold) {
         dn_step *f;
         x->bias =
@@ -283,10 +195,8 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
                             &bmd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &dmd);
     }
-    cl_free(oscale);
     return CL_OK;
 fail:
-    cl_free(oscale);
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     return st;

@@ -120,6 +120,7 @@ typedef struct dn_weighted {
     float *w, *wb;    /* reordered weight copies, NULL for the plain arena */
     float *bias;      /* inference: folded bias (out_ch) */
     float *qbias;     /* int8: the bias over the output scales (out_ch) */
+    float wmul;       /* int8: the weights' step in units of s_w (1 or 2) */
     cl_bn_layout lay; /* a conv whose dx runs on the stride grid: its
                          input's layout */
     int src;          /* the store the forward reads as src (a bf16 copy
@@ -240,8 +241,7 @@ struct dn_ctx {
     size_t sync_len;
     int amp; /* 0: f32; 1: bf16 conv / matmul; 2: bf16 activations too */
     /* int8 plans below VNNI: u8 x s8 products are summed in pairs into 16
-     * bits (vpmaddubsw), which saturate at 255 x 127 x 2, so the weights
-     * of a u8-input node run at 7 bits (onednn/conv.c). */
+     * bits (vpmaddubsw), which can saturate (amp.c). */
     int q8_half;
     /* Conv backward paths, one char per node (cl_dnnl_conv_paths): wanted
      * at plan start, what was planned once the node is planned. */
@@ -579,6 +579,19 @@ cl_status cl_dnnl_value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
  * reader that wants the same md. */
 cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
                            const dnnl_memory_desc_t *want, int *store);
+/* Whether node i (conv or linear) runs int8 in this plan (amp.c says how). */
+int cl_dnnl_q8_node(const dn_ctx *d, int i);
+/* Sets attr (its post-ops set) to the output scales of int8 node i, the
+ * primitive of op descriptor desc: s_x s_w per output channel (dst's
+ * dimension 1), and decides the node's weight step (amp.c). */
+cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
+                                   dnnl_primitive_attr_t attr);
+/* The s8 copy of node i's weights (x->w in x->w_md, already queried) from
+ * plain f32 w, and with has_bias its bias over the output scales (x->qbias,
+ * from the folded bias when BN folded in, else the node's), as sync steps
+ * after any fold. */
+cl_status cl_dnnl_q8_weights(dn_ctx *d, int i, const dnnl_memory_desc_t *plain,
+                             float *w, int has_bias);
 cl_status cl_dnnl_bwd_copy(dn_ctx *d, int i, const char *what, int s,
                            const dnnl_memory_desc_t *md,
                            const dnnl_memory_desc_t *want, int *store);

@@ -45,7 +45,18 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     dnnl_memory_desc_t smd, wmd, wplain, bmd, dmd, full;
     int src;
     const int tok = linear_tokens(d, i);
-    if (tok) {
+    const int q8 = cl_dnnl_q8_node(d, i);
+    if (q8) {
+        /* u8/s8 plain (rows, in), quantized from the input once. */
+        const cl_shape *xs = &gt(d, n->in[0])->shape;
+        dnnl_dims_t xd, sd = {linear_rows(d, i), a->in_features};
+        const dnnl_data_type_t qt =
+            g->quant->act_signed[n->in[0]] ? dnnl_s8 : dnnl_u8;
+        dims_of(xs, xd);
+        cl_dnnl_md_plain_dt(&full, xs->ndim, xd, qt);
+        TRY_GOTO(cl_dnnl_value_q8(d, i, n->in[0], &full, &src));
+        cl_dnnl_md_plain_dt(&smd, 2, sd, qt);
+    } else if (tok) {
         dnnl_dims_t sd = {linear_rows(d, i), a->in_features};
         TRY_GOTO(cl_dnnl_plain_value(d, i, n->in[0], conv_dt(d), &full, &src));
         cl_dnnl_md_plain_dt(&smd, 2, sd, conv_dt(d));
@@ -65,7 +76,7 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     }
     ddims[0] = smd.dims[0];
     linear_wdims(d, i, &smd, wdims);
-    cl_dnnl_md_any(&wmd, smd.ndims, wdims, conv_dt(d));
+    cl_dnnl_md_any(&wmd, smd.ndims, wdims, q8 ? dnnl_s8 : conv_dt(d));
     cl_dnnl_md_plain(&wplain, smd.ndims, wdims);
     md_1d(&bmd, a->out_features);
     /* f32 logits at every amp level; tokens in the activation type */
@@ -79,12 +90,17 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
     TRY_GOTO(cl_dnnl_attr_post(
         d, 0, d->nd[i].gelu ? dnnl_eltwise_gelu_erf : dnnl_alg_kind_undef,
         &attr));
-    TRY_GOTO(cl_dnnl_prim_make(d, i, "inner product forward", &ipd, attr, NULL,
-                               &pd, &prim));
+    if (q8)
+        TRY_GOTO(cl_dnnl_q8_output_scales(d, i, &ipd, attr));
+    TRY_GOTO(cl_dnnl_prim_make(
+        d, i, q8 ? "int8 inner product forward" : "inner product forward", &ipd,
+        attr, NULL, &pd, &prim));
     d->nd[i].fwd_pd = pd;
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
-    if (!md_eq(&x->w_md, &wplain))
+    if (q8)
+        TRY_GOTO(cl_dnnl_q8_weights(d, i, &wplain, w, a->has_bias));
+    else if (!md_eq(&x->w_md, &wplain))
         TRY_GOTO(cl_dnnl_weight_copy(d, i, "weights reorder", &wplain, w,
                                      &x->w_md, &x->w));
     if (tok) {
@@ -102,7 +118,8 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
         cl_dnnl_arg_store(d, s, DNNL_ARG_SRC, src, &smd);
         cl_dnnl_arg_ext(s, DNNL_ARG_WEIGHTS, x->w ? x->w : w, &x->w_md);
         if (a->has_bias)
-            cl_dnnl_arg_ext(s, DNNL_ARG_BIAS, cl_graph_param(g, n->param[1]),
+            cl_dnnl_arg_ext(s, DNNL_ARG_BIAS,
+                            q8 ? x->qbias : cl_graph_param(g, n->param[1]),
                             &bmd);
         cl_dnnl_arg_store(d, s, DNNL_ARG_DST, d->t[rep(d, n->out)].store, &dmd);
     }
