@@ -170,6 +170,7 @@ typedef struct cl_weights {
     struct cl_st_file *st; /* safetensors */
     cl_pth *pth;           /* .pth */
     cl_ms_named *ms;       /* MindSpore .ckpt */
+    struct cl_qfile *q;    /* an int8 file (interop/quantized.h), or NULL */
     int classic;           /* safetensors with classic's 'arch' metadata */
     const char *kind; /* "safetensors", "PyTorch .pth" or "MindSpore .ckpt" */
 } cl_weights;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "interop/interop.h"
+#include "interop/quantized.h"
 #include "io/safetensors.h"
 #include "io/checkpoint.h"
 
@@ -121,11 +122,23 @@ cl_status cl_weights_open(cl_weights *w, const char *path)
     w->classic = cl_st_metadata(w->st, CL_META_ARCH) != NULL;
     w->src.counters_optional = !w->classic;
     w->kind = "safetensors";
+    /* An int8 file: its s8 weights read dequantized, its scales hidden
+     * from the loader and put into the graph afterwards (model.c). */
+    if (w->classic && cl_qfile_is(w->st)) {
+        cl_status s = cl_qfile_open(&w->q, w->st, path);
+        if (s != CL_OK) {
+            cl_weights_close(w);
+            return s;
+        }
+        w->src = cl_qfile_source(w->q);
+        w->kind = "int8 safetensors";
+    }
     return CL_OK;
 }
 
 void cl_weights_close(cl_weights *w)
 {
+    cl_qfile_close(w->q);
     cl_st_close(w->st);
     cl_pth_close(w->pth);
     cl_ms_named_close(w->ms);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/mem.h"
 #include "interop/interop.h"
+#include "interop/quantized.h"
 #include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -215,6 +216,10 @@ cl_status cl_model_open_weights(cl_model *m, const char *ckpt, const char *arch,
     if ((s = cl_arch_build(&m->g, &m->arch, m->side, m->side, 0, 0)) != CL_OK ||
         (w.src.pick = raw ? CL_CKPT_PICK_RAW : CL_CKPT_PICK_EMA,
          s = cl_ckpt_load_source(&w.src, &m->g, CL_CKPT_STRICT, &rep)) != CL_OK)
+        goto fail;
+    /* An int8 file: the loaded weights are its dequantized ones, and its
+     * scales make the graph quantized (what plan() runs at int8). */
+    if (w.q && (s = cl_qfile_scales(w.q, &m->g)) != CL_OK)
         goto fail;
     m->ema = rep.ema;
     cl_weights_close(&w);
