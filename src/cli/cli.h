@@ -62,9 +62,10 @@ void cl_cli_progress_init(cl_cli_progress *p, const char *what);
 void cl_cli_progress_update(void *ctx, long long done, long long total);
 void cl_cli_progress_end(cl_cli_progress *p);
 
-/* `--precision f32|bf16` among the arguments into *out (NULL when absent,
- * the API's default, f32).  Returns 2 after a message naming the choices
- * when the value is neither, else 0. */
+/* `--precision f32|bf16|int8` among the arguments into *out (NULL when
+ * absent, the API's default: the model's own, int8 for a file `classic
+ * quantize` wrote, f32 otherwise).  Returns 2 after a message naming the
+ * choices when the value is none of them, else 0. */
 int cl_cli_precision(int argc, char **argv, const char *what, const char **out);
 
 int cl_cmd_check(int argc, char **argv);
@@ -78,6 +79,7 @@ int cl_cmd_retrieve(int argc, char **argv);
 int cl_cmd_info(int argc, char **argv);
 int cl_cmd_export(int argc, char **argv);
 int cl_cmd_convert(int argc, char **argv);
+int cl_cmd_quantize(int argc, char **argv);
 int cl_cmd_report(int argc, char **argv);
 int cl_cmd_serve(int argc, char **argv);
 

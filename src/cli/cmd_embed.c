@@ -13,7 +13,7 @@ static void usage(void)
     printf(
         "usage: classic embed --checkpoint FILE --out features.safetensors\n"
         "                     [--split test|train] [--batch N] [--arch ARCH]\n"
-        "                     [--precision f32|bf16] [--key value ...]\n\n"
+        "                     [--precision f32|bf16|int8] [--key value ...]\n\n"
         "Writes the pooled penultimate features (2048-d for resnet50) of "
         "every sample\nof a split as a safetensors file: 'features' (N, "
         "D) F32, 'labels' (N) I64,\n'indices' (N) I64 (dataset order), "

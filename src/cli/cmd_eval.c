@@ -14,7 +14,7 @@ static void usage(void)
         "usage: classic eval --checkpoint FILE [--batch N] [--split "
         "test|train]\n"
         "                    [--csv confusion.csv] [--backend onednn|ref]\n"
-        "                    [--arch ARCH] [--precision f32|bf16] "
+        "                    [--arch ARCH] [--precision f32|bf16|int8] "
         "[--key value ...]\n\n"
         "Evaluates a checkpoint: top-1, top-5, loss, per-class accuracy and "
         "the\nconfusion matrix.  Data and eval transforms come from the "
@@ -31,7 +31,8 @@ static void usage(void)
         "--data_dir).\nA checkpoint of a run with ema: true is scored with "
         "its EMA weights;\n--load_ema false scores its raw "
         "weights.\n--precision "
-        "bf16 scores in bf16 (docs/deploy.md).\n");
+        "bf16 scores in bf16, int8 a file `classic quantize` wrote (its\n"
+        "default; f32 scores its dequantized weights); docs/deploy.md.\n");
 }
 
 static const char *const own[] = {"--checkpoint", "--batch",   "--split",

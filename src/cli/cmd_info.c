@@ -9,8 +9,10 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "interop/interop.h"
+#include "interop/quantized.h"
 #include "io/safetensors.h"
 #include "models/arch.h"
+#include "train/model.h"
 
 static void usage(void)
 {
@@ -25,10 +27,35 @@ static void usage(void)
            "checkpoint also its metadata\n(--config: the recipe it "
            "holds).  FILE is any checkpoint classic reads:\na classic or "
            "plain safetensors file, a PyTorch .pth or a MindSpore .ckpt\n"
-           "(arch inferred).  NAME is one of\n  %s;\nSIDE defaults to "
+           "(arch inferred); for an int8 file (classic quantize) also which\n"
+           "layers run int8 and which stay f32.  NAME is one of\n  %s;\nSIDE "
+           "defaults to "
            "the network's own input (224; 32 for swin_micro and the\n"
            "CIFAR stems).\n",
            cl_arch_names());
+}
+
+/* An int8 file (`classic quantize`): how many conv and linear layers run
+ * int8, and which stay f32. */
+static int print_int8(const char *path)
+{
+    cl_model m;
+    cl_status s = cl_model_open_weights(&m, path, NULL, 1, NULL, CL_PLAN_INFER,
+                                        0, 0, CL_PRECISION_AUTO);
+    if (s != CL_OK)
+        return cl_cli_fail("info", s);
+    int n8 = 0, nf = 0;
+    cl_qfile_count(&m.g, &n8, &nf);
+    printf("int8: %d conv/linear layers; f32:", n8);
+    for (int i = 0, k = 0; i < m.g.n_nodes; i++) {
+        cl_op_kind op = m.g.nodes[i].op;
+        if ((op == CL_OP_CONV2D || op == CL_OP_LINEAR) &&
+            !cl_graph_quant_node(&m.g, i))
+            printf("%s %s", k++ ? "," : "", m.g.nodes[i].name);
+    }
+    printf("%s\n", nf ? "" : " none");
+    cl_model_close(&m);
+    return 0;
 }
 
 static int print_meta(const char *path)
@@ -78,6 +105,12 @@ static int info_checkpoint(int argc, char **argv, const char *ckpt,
                     printf("%s", buf);
             }
     }
+    char prec[16] = "";
+    if (classic &&
+        cl_ckpt_read_meta(ckpt, CL_QUANT_META_PRECISION, prec, sizeof prec) ==
+            CL_OK &&
+        strcmp(prec, "int8") == 0 && print_int8(ckpt) != 0)
+        return 1;
     cl_classifier *c = NULL;
     s = cl_classifier_load(&c, ckpt, arch, "none");
     if (s != CL_OK) {

@@ -16,7 +16,7 @@ static void usage(void)
 {
     printf(
         "usage: classic serve --model NAME=CHECKPOINT [--model NAME2=...]\n"
-        "                     [--precision f32|bf16] [--host 127.0.0.1] "
+        "                     [--precision f32|bf16|int8] [--host 127.0.0.1] "
         "[--port 8080]\n"
         "                     [--max_batch 16] [--max_delay_ms 5] "
         "[--queue 256]\n"

@@ -25,6 +25,8 @@ static const cl_cli_command commands[] = {
      cl_cmd_export},
     {"convert", "a MindSpore .ckpt or .pth into a classic checkpoint",
      cl_cmd_convert},
+    {"quantize", "a checkpoint into an int8 model by calibration",
+     cl_cmd_quantize},
     {"serve", "models over HTTP: KServe v2, a page, metrics", cl_cmd_serve},
 };
 
