@@ -94,6 +94,56 @@ dpbf16_zmm(long n)
     return (double)n * ACC * 16 * 2 * 2;
 }
 
+/* oneDNN's int8 step below VNNI: vpmaddubsw (u8 x s8 pairs summed into
+ * s16), vpmaddwd by ones (into s32), vpaddd; 32 multiply-adds per ymm
+ * step, 2 ops each. */
+__attribute__((target("avx2"), no_sanitize_address)) static double
+dp8_ymm(long n)
+{
+    const __m256i u = _mm256_set1_epi8(1), w = _mm256_set1_epi8(1);
+    const __m256i one = _mm256_set1_epi16(1);
+    ACC_DECL(__m256i, _mm256_set1_epi32);
+#define DP8_Y(v)                                                               \
+    v = _mm256_add_epi32(v, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), one))
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(DP8_Y);
+    }
+#undef DP8_Y
+    sink = (float)_mm256_extract_epi32(ACC_SUM(_mm256_add_epi32), 0);
+    return (double)n * ACC * 32 * 2;
+}
+
+__attribute__((target("avx512f,avx512bw"), no_sanitize_address)) static double
+dp8_zmm(long n)
+{
+    const __m512i u = _mm512_set1_epi8(1), w = _mm512_set1_epi8(1);
+    const __m512i one = _mm512_set1_epi16(1);
+    ACC_DECL(__m512i, _mm512_set1_epi32);
+#define DP8_Z(v)                                                               \
+    v = _mm512_add_epi32(v, _mm512_madd_epi16(_mm512_maddubs_epi16(u, w), one))
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(DP8_Z);
+    }
+#undef DP8_Z
+    sink = (float)_mm512_reduce_add_epi32(ACC_SUM(_mm512_add_epi32));
+    return (double)n * ACC * 64 * 2;
+}
+
+/* vpdpbusd: per s32 lane four u8 x s8 products added, 64 per zmm. */
+__attribute__((target("avx512f,avx512vnni"), no_sanitize_address)) static double
+dpbusd_zmm(long n)
+{
+    const __m512i u = _mm512_set1_epi8(1), w = _mm512_set1_epi8(1);
+    ACC_DECL(__m512i, _mm512_set1_epi32);
+#define DPB_Z(v) v = _mm512_dpbusd_epi32(v, u, w)
+    for (long i = 0; i < n; i++) {
+        ACC_EACH(DPB_Z);
+    }
+#undef DPB_Z
+    sink = (float)_mm512_reduce_add_epi32(ACC_SUM(_mm512_add_epi32));
+    return (double)n * ACC * 64 * 2;
+}
+
 /* A chain of dependent 64-bit multiplies: 3 cycles each on every x86-64
  * core of the last decade (Intel since Nehalem, AMD since Zen), and no
  * renamer folds them away as it can small additions. */
@@ -143,6 +193,18 @@ cl_peak_kind cl_peak_kind_for(const char *isa, int bf16)
     return avx512 ? CL_PEAK_AVX512_F32 : CL_PEAK_AVX2_F32;
 }
 
+cl_peak_kind cl_peak_kind_for_int8(const char *isa)
+{
+    if (isa && strstr(isa, "amx"))
+        return CL_PEAK_AMX_INT8;
+    if (isa && (strstr(isa, "vnni") || strstr(isa, "bf16")) &&
+        strstr(isa, "avx512"))
+        return CL_PEAK_VNNI_INT8;
+    if (isa && strstr(isa, "avx512"))
+        return CL_PEAK_AVX512_INT8;
+    return CL_PEAK_AVX2_INT8;
+}
+
 const char *cl_peak_kind_name(cl_peak_kind k)
 {
     switch (k) {
@@ -154,6 +216,14 @@ const char *cl_peak_kind_name(cl_peak_kind k)
         return "bf16 dot products (avx512_bf16 vdpbf16ps)";
     case CL_PEAK_AMX_BF16:
         return "bf16 AMX tiles (1024 FLOP per cycle per core)";
+    case CL_PEAK_AVX2_INT8:
+        return "int8 vpmaddubsw + vpmaddwd on 256-bit vectors (AVX2)";
+    case CL_PEAK_AVX512_INT8:
+        return "int8 vpmaddubsw + vpmaddwd on 512-bit vectors (AVX-512)";
+    case CL_PEAK_VNNI_INT8:
+        return "int8 dot products (avx512_vnni vpdpbusd)";
+    case CL_PEAK_AMX_INT8:
+        return "int8 AMX tiles (2048 ops per cycle per core)";
     }
     return "unknown";
 }
@@ -187,6 +257,23 @@ cl_status cl_peak_measure(cl_peak_kind kind, int threads, cl_peak *out)
          * clock, which is the scalar clock and so at least the AMX one. */
         out->flop_per_cycle = 1024;
         out->gflops = 1024.0 * out->clock_ghz * out->threads;
+        out->measured = 0;
+        return CL_OK;
+    case CL_PEAK_AVX2_INT8:
+        if (__builtin_cpu_supports("avx2"))
+            f = dp8_ymm;
+        break;
+    case CL_PEAK_AVX512_INT8:
+        if (__builtin_cpu_supports("avx512bw"))
+            f = dp8_zmm;
+        break;
+    case CL_PEAK_VNNI_INT8:
+        if (__builtin_cpu_supports("avx512vnni"))
+            f = dpbusd_zmm;
+        break;
+    case CL_PEAK_AMX_INT8:
+        out->flop_per_cycle = 2048;
+        out->gflops = 2048.0 * out->clock_ghz * out->threads;
         out->measured = 0;
         return CL_OK;
     }

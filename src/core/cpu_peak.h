@@ -9,7 +9,12 @@ typedef enum cl_peak_kind {
     CL_PEAK_AVX2_F32,    /* f32 FMA on ymm */
     CL_PEAK_AVX512_F32,  /* f32 FMA on zmm */
     CL_PEAK_AVX512_BF16, /* vdpbf16ps on zmm */
-    CL_PEAK_AMX_BF16     /* AMX bf16 tiles: 1024 FLOP per cycle per core */
+    CL_PEAK_AMX_BF16,    /* AMX bf16 tiles: 1024 FLOP per cycle per core */
+    /* int8 (2 ops per u8 x s8 multiply-add, summed in s32): */
+    CL_PEAK_AVX2_INT8,   /* vpmaddubsw + vpmaddwd + vpaddd on ymm */
+    CL_PEAK_AVX512_INT8, /* the same on zmm (AVX-512 without VNNI) */
+    CL_PEAK_VNNI_INT8,   /* vpdpbusd on zmm (avx512_vnni) */
+    CL_PEAK_AMX_INT8     /* AMX int8 tiles: 2048 ops per cycle per core */
 } cl_peak_kind;
 
 typedef struct cl_peak {
@@ -24,6 +29,8 @@ typedef struct cl_peak {
 /* The peak that bounds kernels run at oneDNN's instruction set isa (as
  * cl_dnnl_isa_name names it), in bf16 when bf16 is non-zero. */
 cl_peak_kind cl_peak_kind_for(const char *isa, int bf16);
+/* The same for int8 kernels (precision int8). */
+cl_peak_kind cl_peak_kind_for_int8(const char *isa);
 /* "f32 FMA on 512-bit vectors (AVX-512)" and so on. */
 const char *cl_peak_kind_name(cl_peak_kind k);
 /* Times a loop of the kind's instruction on threads threads at once (0:
