@@ -60,7 +60,9 @@ cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
         *store = t->q8;
         return CL_OK;
     }
-    const float inv = 1.0f / d->g->quant->act_scale[x];
+    /* A value its producer wrote quantized changes only its layout. */
+    const int q = t->md.data_type == dnnl_u8 || t->md.data_type == dnnl_s8;
+    const float inv = q ? 1.0f : 1.0f / d->g->quant->act_scale[x];
     TRY_GOTO(cl_dnnl_md_store(d, want, store));
     TRY_GOTO(cl_dnnl_reorder_make_scaled(d, i, "int8 quantize", &t->md, want, 1,
                                          0, &inv, &pd, &prim));
@@ -100,6 +102,20 @@ int cl_dnnl_q8_node(const dn_ctx *d, int i)
            cl_graph_quant_node(d->g, i);
 }
 
+int cl_dnnl_q8_readers_only(const dn_ctx *d, int t)
+{
+    const cl_graph *g = d->g;
+    int readers = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int a = 0; a < g->nodes[k].n_in; a++)
+            if (g->nodes[k].in[a] == t) {
+                if (a != 0 || !cl_dnnl_q8_node(d, k))
+                    return 0;
+                readers++;
+            }
+    return readers > 0;
+}
+
 /* The weight step of node i, in units of its s_w (2: 7-bit weights). */
 static float q8_wmul(const dn_ctx *d, int i)
 {
@@ -121,7 +137,10 @@ static cl_status set_scales(dn_ctx *d, int i, dnnl_primitive_attr_t attr)
     const cl_node *n = &g->nodes[i];
     const int O = q8_channels(n);
     const float *ws = cl_graph_quant_wscale(g, i);
-    const float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, i);
+    float sx = g->quant->act_scale[n->in[0]] * q8_wmul(d, i);
+    const dn_weighted *x = &d->nd[i].u.w;
+    if (n->op == CL_OP_CONV2D && x->qout)
+        sx /= g->quant->act_scale[x->last]; /* written at its readers' scale */
     float *sc = cl_alloc(sizeof *sc * (size_t)O, "onednn: int8 scales");
     if (!sc)
         return CL_ERR_NOMEM;

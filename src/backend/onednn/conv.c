@@ -120,6 +120,9 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     if (x->sum >= 0) {
         TRY_GOTO(cl_dnnl_ensure_input_md(d, x->sum));
         dmd = *in_md(d, x->sum);
+    } else if (q8 && x->qout) {
+        cl_dnnl_md_any(&dmd, 4, ddims,
+                       g->quant->act_signed[x->last] ? dnnl_s8 : dnnl_u8);
     } else if (d->be->opts.channels_last) {
         DN(dnnl_memory_desc_init_by_tag(&dmd, 4, ddims, act_dt(d), dnnl_nhwc),
            i, "convolution output");
@@ -155,6 +158,12 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     dmd = cl_dnnl_qmd(pd, dnnl_query_dst_md, 0);
     TRY_GOTO(cl_dnnl_set_md(d, n->out, &dmd,
                             x->sum >= 0 ? d->t[rep(d, x->sum)].store : -1));
+    if (q8 && x->qout) {
+        /* The value is its readers' int8 copy (cl_dnnl_value_q8). */
+        dn_tensor *t = &d->t[rep(d, n->out)];
+        t->q8 = t->store;
+        t->q8_md = dmd;
+    }
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
     if (q8) {
@@ -537,7 +546,7 @@ fail:
 /* Conv and linear nodes: no fused BN or sum, no src store yet. */
 void cl_dnnl_weighted_init(dn_node *x)
 {
-    x->u.w.bn = x->u.w.sum = x->u.w.src = -1;
+    x->u.w.bn = x->u.w.sum = x->u.w.src = x->u.w.last = -1;
 }
 
 void cl_dnnl_weighted_free(dn_node *x)

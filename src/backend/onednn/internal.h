@@ -121,6 +121,9 @@ typedef struct dn_weighted {
     float *bias;      /* inference: folded bias (out_ch) */
     float *qbias;     /* int8: the bias over the output scales (out_ch) */
     float wmul;       /* int8: the weights' step in units of s_w (1 or 2) */
+    int last;         /* inference conv: the tensor its fused chain ends in */
+    int qout;         /* int8 conv: 1 when it writes that tensor as u8/s8
+                         at its readers' scale (every reader int8) */
     cl_bn_layout lay; /* a conv whose dx runs on the stride grid: its
                          input's layout */
     int src;          /* the store the forward reads as src (a bf16 copy
@@ -586,6 +589,9 @@ int cl_dnnl_q8_node(const dn_ctx *d, int i);
  * dimension 1), and decides the node's weight step (amp.c). */
 cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
                                    dnnl_primitive_attr_t attr);
+/* Whether every reader of tensor t runs int8 in this plan and reads it as
+ * its input 0, so that its producer may write it quantized. */
+int cl_dnnl_q8_readers_only(const dn_ctx *d, int t);
 /* The s8 copy of node i's weights (x->w in x->w_md, already queried) from
  * plain f32 w, and with has_bias its bias over the output scales (x->qbias,
  * from the folded bias when BN folded in, else the node's), as sync steps

@@ -33,6 +33,7 @@ static void lower_infer_conv(dn_ctx *d, int i)
     dn_weighted *x = &d->nd[i].u.w;
     int cur = g->nodes[i].out;
     int j = only_consumer(d, cur);
+    x->last = cur;
     if (j >= 0 && !is_edge(d, cur) && g->nodes[j].op == CL_OP_BATCHNORM2D &&
         !d->nd[j].skip && !d->nd[j].fallback) {
         x->bn = j;
@@ -40,6 +41,7 @@ static void lower_infer_conv(dn_ctx *d, int i)
         d->t[g->nodes[j].out].rep = rep(d, cur);
         d->t[cur].clobbered = 1;
         cur = g->nodes[j].out;
+        x->last = cur;
     }
     j = only_consumer(d, cur);
     if (j < 0 || is_edge(d, cur) || d->nd[j].skip || d->nd[j].fallback)
@@ -50,6 +52,7 @@ static void lower_infer_conv(dn_ctx *d, int i)
         d->nd[j].skip = 1;
         d->t[c->out].rep = rep(d, cur);
         d->t[cur].clobbered = 1;
+        x->last = c->out;
         return;
     }
     if (c->op != CL_OP_ADD || c->n_in != 2 || c->in[0] == c->in[1])
@@ -76,6 +79,7 @@ static void lower_infer_conv(dn_ctx *d, int i)
     d->t[cur].clobbered = 1;
     d->t[q].clobbered = 1;
     cur = c->out;
+    x->last = cur;
     j = only_consumer(d, cur);
     if (j >= 0 && !is_edge(d, cur) && g->nodes[j].op == CL_OP_RELU &&
         !d->nd[j].skip && !d->nd[j].fallback) {
@@ -83,6 +87,7 @@ static void lower_infer_conv(dn_ctx *d, int i)
         d->nd[j].skip = 1;
         d->t[g->nodes[j].out].rep = rep(d, cur);
         d->t[cur].clobbered = 1;
+        x->last = g->nodes[j].out;
     }
 }
 
@@ -91,6 +96,12 @@ void cl_dnnl_conv_lower(dn_ctx *d, int i)
     if (d->mode != CL_PLAN_INFER)
         return;
     lower_infer_conv(d, i);
+    /* int8: a conv whose result only int8 nodes read writes it quantized
+     * at their scale, instead of f32 that each would quantize again;
+     * never one that sums into an earlier tensor's storage. */
+    dn_weighted *x = &d->nd[i].u.w;
+    x->qout = cl_dnnl_q8_node(d, i) && x->sum < 0 && !is_edge(d, x->last) &&
+              cl_dnnl_q8_readers_only(d, x->last);
     /* A folded BN's weights are made in d->fold before their reorder. */
     if (d->nd[i].u.w.bn >= 0) {
         size_t wn = (size_t)cl_graph_numel(d->g, d->g->nodes[i].param[0]);
