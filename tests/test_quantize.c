@@ -311,12 +311,14 @@ CL_TEST(onednn_train_plan_against_ref_swin)
     calib_parity("swin_micro", NULL);
 }
 
-/* resnet18 (CIFAR stem, 32 px) quantized in memory and saved as the int8
- * file at path with enough metadata to reopen it. */
-static cl_status quantized_file(cl_graph *g, const char *path)
+/* arch (resnet18 with the CIFAR stem, or swin_micro) at 32 px quantized
+ * in memory and saved as the int8 file at path with the metadata to
+ * reopen it. */
+static cl_status quantized_file_of(cl_graph *g, const char *arch,
+                                   const char *path)
 {
-    int side = 0;
-    CL_TRY(arch_graph(g, "resnet18", "cifar", &side));
+    int side = 0, swin = strncmp(arch, "swin", 4) == 0;
+    CL_TRY(arch_graph(g, arch, swin ? NULL : "cifar", &side));
     size_t n = (size_t)2 * 3 * side * side;
     float *x = malloc(n * sizeof *x);
     if (!x)
@@ -327,18 +329,34 @@ static cl_status quantized_file(cl_graph *g, const char *path)
     cl_status s = cl_quant_calibrate(g, b, 1, NULL, 0);
     free(x);
     CL_TRY(s);
-    const char *keys[] = {"arch",        "stem",       "in_channels",
-                          "num_classes", "image_size", "precision"};
-    const char *vals[] = {"resnet18", "cifar", "3", "10", "32", "int8"};
-    return cl_quant_save(path, g, keys, vals, 6);
+    const char *keys[] = {"arch",       "in_channels", "num_classes",
+                          "image_size", "precision",   "stem"};
+    const char *vals[] = {arch, "3", "10", "32", "int8", "cifar"};
+    return cl_quant_save(path, g, keys, vals, swin ? 5 : 6);
 }
 
-CL_TEST(file_round_trip)
+static cl_status quantized_file(cl_graph *g, const char *path)
+{
+    return quantized_file_of(g, "resnet18", path);
+}
+
+/* The logits of m's plan for input x. */
+static cl_status logits_of(cl_model *m, const float *x, float *out)
+{
+    int32_t labels[2] = {0, 0};
+    CL_TRY(cl_backend_set_input(m->be, x, labels, NULL));
+    CL_TRY(cl_backend_forward(m->be, 0, NULL));
+    return cl_backend_read(m->be, m->g.logits, out);
+}
+
+/* Written, reopened: the same scales and weights bit for bit, and the
+ * int8 plan of the reopened file near its f32 plan. */
+static void round_trip(const char *arch, int want_int8)
 {
     cl_graph g;
     cl_model m;
     const char *q = cl_test_path("q.safetensors");
-    REQUIRE_OK(quantized_file(&g, q));
+    REQUIRE_OK(quantized_file_of(&g, arch, q));
     REQUIRE_OK(cl_model_open_weights(&m, q, NULL, 2, NULL, CL_PLAN_INFER, 0, 0,
                                      CL_PRECISION_AUTO));
     REQUIRE(m.g.quant != NULL);
@@ -356,11 +374,36 @@ CL_TEST(file_round_trip)
           0);
     int i8 = 0, fl = 0;
     cl_qfile_count(&m.g, &i8, &fl);
-    CHECK(i8 == 19 && fl == 2); /* resnet18: 20 convs and fc */
+    printf("%s: %d layers int8, %d f32\n", arch, i8, fl);
+    CHECK(i8 == want_int8 && fl == 2); /* the stem and the head */
     cl_model_close(&m);
-    /* The file: I8 weights with their scales, the stem and head F32. */
+    /* The onednn plans of the file: int8 (its own) and f32. */
+    cl_model m8, m32;
+    float x[2 * 3 * 32 * 32], l8[20], l32[20];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = wave(i, 4);
+    REQUIRE_OK(cl_model_open_weights(&m8, q, NULL, 2, "onednn", CL_PLAN_INFER,
+                                     0, 0, CL_PRECISION_AUTO));
+    REQUIRE_OK(cl_model_open_weights(&m32, q, NULL, 2, "onednn", CL_PLAN_INFER,
+                                     0, 0, CL_PRECISION_F32));
+    CHECK(m8.precision == CL_PRECISION_INT8);
+    REQUIRE_OK(logits_of(&m8, x, l8));
+    REQUIRE_OK(logits_of(&m32, x, l32));
+    double e = cl_test_rel_err(l8, l32, 20);
+    printf("%s: int8 plan against f32 plan of the file: %.2e\n", arch, e);
+    CHECK(e < 0.25);
+    cl_model_close(&m8);
+    cl_model_close(&m32);
+    cl_graph_free(&g);
+}
+
+CL_TEST(file_round_trip)
+{
+    round_trip("resnet18", 19); /* 20 convs and fc */
+    /* The file's tensors: I8 weights with their scales, the stem and the
+     * head F32. */
     cl_st_file *f = NULL;
-    REQUIRE_OK(cl_st_open(&f, q));
+    REQUIRE_OK(cl_st_open(&f, cl_test_path("q.safetensors")));
     cl_st_dtype dt;
     cl_shape sh;
     long i = cl_st_find(f, "layer1.0.conv1.weight");
@@ -378,7 +421,13 @@ CL_TEST(file_round_trip)
     cl_st_info(f, (size_t)cl_st_find(f, "fc.weight"), &dt, NULL);
     CHECK(dt == CL_ST_F32 && cl_st_find(f, "fc.weight_scale") < 0);
     cl_st_close(f);
-    cl_graph_free(&g);
+}
+
+CL_TEST(file_round_trip_swin)
+{
+    /* swin_micro: qkv, proj, fc1 and fc2 of its blocks and the patch
+     * merging reductions; the patch embedding and the head stay f32. */
+    round_trip("swin_micro", 42);
 }
 
 /* A copy of src at dst with tensor `name` changed by edit (its bytes and
