@@ -231,12 +231,14 @@ static double entropy_threshold(const tstat *s, int levels, double *scratch)
             int hi = (int)((int64_t)(j + 1) * i / levels);
             double sum = 0;
             int nonzero = 0;
+            /* Spread over the bins P holds values in (the last one
+             * counts the outliers too), as TensorRT's reference does. */
             for (int b = lo; b < hi; b++) {
                 sum += h[b];
-                nonzero += h[b] > 0;
+                nonzero += p[b] > 0;
             }
             for (int b = lo; b < hi; b++)
-                q[b] = h[b] > 0 ? sum / nonzero : 0.0;
+                q[b] = p[b] > 0 ? sum / nonzero : 0.0;
             qsum += sum;
         }
         double kl = 0;
@@ -244,8 +246,8 @@ static double entropy_threshold(const tstat *s, int levels, double *scratch)
             if (p[b] <= 0)
                 continue;
             double pb = p[b] / psum;
-            /* An outlier bin Q left empty costs as if Q held almost
-             * nothing there: such a threshold loses those values. */
+            /* A bin P holds and Q left empty (its level summed to 0:
+             * only outliers there) costs as if Q held almost nothing. */
             double qb = qsum > 0 && q[b] > 0 ? q[b] / qsum : 1e-12;
             kl += pb * log(pb / qb);
         }
@@ -385,11 +387,8 @@ cl_status cl_quant_calib_apply(const cl_quant_calib *c, cl_graph *g)
         quantize_weights(cl_graph_param(g, n->param[0]), out, per,
                          cl_graph_quant_wscale(g, i));
     }
-    if (s != CL_OK) {
-        /* g's weights may be half folded: the caller drops g. */
-        return s;
-    }
-    return CL_OK;
+    /* On failure g's weights may be half folded: the caller drops g. */
+    return s;
 }
 
 /* A training plan of g (whose forward keeps every tensor a backward
