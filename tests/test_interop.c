@@ -538,7 +538,7 @@ CL_TEST(onnx_swin_ops)
         cl_backend_destroy(be);
     }
     for (int fixed = 0; fixed <= 1; fixed++) {
-        cl_onnx_opts o = {fixed ? SW_N : 0, NULL, 0};
+        cl_onnx_opts o = {.batch = fixed ? SW_N : 0};
         REQUIRE_OK(cl_interop_export_onnx(&g, onnx, &o));
         CHECK(onnx_initializers_named(onnx, "repeat.index.image") == 1);
         CHECK(onnx_initializers_named(onnx, "tokens.index.image") == 1);

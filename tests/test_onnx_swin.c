@@ -162,7 +162,7 @@ CL_TEST(onnx_swin_export_independent_of_batch)
     cl_graph g1, g3;
     REQUIRE_OK(build_seeded(&g1, "swin_micro", 1, 32, 10));
     REQUIRE_OK(build_seeded(&g3, "swin_micro", 3, 32, 10));
-    cl_onnx_opts o = {0, NULL, 0};
+    cl_onnx_opts o = {.batch = 0};
     CHECK_OK(cl_interop_export_onnx(&g1, p1, &o));
     CHECK_OK(cl_interop_export_onnx(&g3, p3, &o));
     size_t n1 = 0, n3 = 0;
@@ -211,7 +211,7 @@ CL_TEST(onnx_gather_across_images_refused)
                 p[((int64_t)n * L + l) * C + ch] =
                     ((int64_t)(N - 1 - n) * C + ch) * L + l;
     const char *out = cl_test_path("swap.onnx");
-    cl_onnx_opts dyn = {0, NULL, 0}, fixed = {N, NULL, 0};
+    cl_onnx_opts dyn = {.batch = 0}, fixed = {.batch = N};
     CHECK_ERR(cl_interop_export_onnx(&g, out, &dyn), CL_ERR_UNSUPPORTED,
               "node swap (row_gather) has an index that moves rows between "
               "the images of the graph's batch of 2");

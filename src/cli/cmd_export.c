@@ -16,7 +16,7 @@ static void usage(void)
         "usage: classic export --checkpoint FILE --onnx OUT.onnx "
         "[--batch N]\n"
         "                      [--arch ARCH] [--load_ema false] "
-        "[--precision f32]\n\n"
+        "[--precision f32|int8]\n\n"
         "Writes the checkpoint's inference graph as ONNX (opset 17): "
         "input \"input\"\n(N,C,H,W) float, output \"logits\" (N,K); "
         "BatchNorm folded into the convs.\nWithout --batch the batch "
@@ -28,7 +28,12 @@ static void usage(void)
         "EMA; --load_ema false\nexports its raw weights.\nThe file is f32, "
         "the precision ONNX runtimes take and lower themselves:\n"
         "--precision bf16 is refused (ONNX Runtime's CPU provider has no "
-        "bf16\nconvolution).\n");
+        "bf16\nconvolution).  A quantized file (classic quantize) exports "
+        "as QDQ: each int8\nconv and linear reads its input through "
+        "QuantizeLinear/DequantizeLinear and\nits INT8 weights through a "
+        "per-channel DequantizeLinear (--precision int8,\nthe default "
+        "there); --precision f32 exports its dequantized weights as a\n"
+        "float model.\n");
 }
 
 int cl_cmd_export(int argc, char **argv)
@@ -76,25 +81,37 @@ int cl_cmd_export(int argc, char **argv)
     const char *precision = NULL;
     if (cl_cli_precision(argc, argv, "export", &precision))
         return 2;
-    if (precision && strcmp(precision, "f32") != 0) {
+    cl_precision prec = CL_PRECISION_AUTO;
+    if (cl_precision_parse(precision, &prec) != CL_OK)
+        return cl_cli_fail("export", CL_ERR_ARG);
+    if (prec == CL_PRECISION_BF16) {
         fprintf(stderr,
-                "classic: export: --precision %s: the ONNX file is f32, as "
+                "classic: export: --precision bf16: the ONNX file is f32, as "
                 "ONNX runtimes take it (ONNX Runtime's CPU provider has no "
                 "bf16 convolution); run bf16 with classic itself or drop "
-                "--precision\n",
-                precision);
+                "--precision\n");
         return 2;
     }
     /* A symbolic batch is exported from a graph of two images: the
      * exporter can then check that each gather moves rows within an image
      * (docs/interop.md), which a graph of one cannot show; the file is the
-     * same as from any other batch. */
+     * same as from any other batch.  No backend: the exporter reads the
+     * graph's weights and scales only; the model resolves the precision
+     * (int8 for a quantized file unless f32 is asked, int8 refused on f32
+     * weights naming classic quantize). */
     cl_model m;
-    cl_status s =
-        cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 2, "ref",
-                              CL_PLAN_INFER, 1, raw, CL_PRECISION_F32);
+    cl_status s = cl_model_open_weights(&m, ckpt, arch, batch > 0 ? batch : 2,
+                                        NULL, CL_PLAN_INFER, 1, raw, prec);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
+    const int qdq = m.precision == CL_PRECISION_INT8;
+    if (m.g.quant && !qdq)
+        fprintf(stderr,
+                "classic: export: %s is quantized; --precision f32 "
+                "writes its dequantized weights (q * scale) as a "
+                "float model, without QuantizeLinear/"
+                "DequantizeLinear\n",
+                ckpt);
     /* A classic checkpoint's metadata strings are read in place from the
      * open file (class names of 1000 classes run to tens of kilobytes);
      * weights without metadata (.pth, plain safetensors) export what
@@ -104,7 +121,7 @@ int cl_cmd_export(int argc, char **argv)
                                        "image_size", "mean", "std",
                                        "class_names"};
     enum { NK = sizeof keys / sizeof keys[0] };
-    cl_onnx_kv kv[NK + 2];
+    cl_onnx_kv kv[NK + 3];
     int n = 0;
     cl_strbuf names, mean, std;
     cl_strbuf_init(&names);
@@ -156,7 +173,9 @@ int cl_cmd_export(int argc, char **argv)
              (int)(m.side / pct + 0.5), m.side, m.side);
     kv[n++] = (cl_onnx_kv){"crop_pct", crop};
     kv[n++] = (cl_onnx_kv){"preprocessing", pre};
-    cl_onnx_opts o = {batch, kv, n};
+    kv[n++] = (cl_onnx_kv){"precision", qdq ? "int8 (QDQ)" : "f32"};
+    cl_onnx_opts o = {
+        .batch = batch, .meta = kv, .n_meta = n, .dequantized = !qdq};
     s = cl_interop_export_onnx(&m.g, out, &o);
 done:
     cl_st_close(f);
@@ -166,6 +185,7 @@ done:
     cl_model_close(&m);
     if (s != CL_OK)
         return cl_cli_fail("export", s);
-    printf("wrote %s (%s batch)\n", out, batch ? batch_s : "dynamic");
+    printf("wrote %s (%s batch, %s)\n", out, batch ? batch_s : "dynamic",
+           qdq ? "int8 as QDQ" : "f32");
     return 0;
 }

@@ -19,6 +19,9 @@ typedef struct cl_onnx_opts {
     int batch;              /* fixed batch dimension; 0: symbolic "N" */
     const cl_onnx_kv *meta; /* metadata_props (preprocessing, classes) */
     int n_meta;
+    /* A quantized graph (g->quant): 0 writes its int8 nodes as QDQ, 1 as
+     * the f32 model of its dequantized weights. */
+    int dequantized;
 } cl_onnx_opts;
 
 /* Writes g (a finalized graph with its weights) as an ONNX model, opset
@@ -31,9 +34,14 @@ typedef struct cl_onnx_opts {
  * (row_gather: over the images by one image's index when the index moves
  * rows within each image alike, as Swin's do, so any batch; else by the
  * whole index, for the graph's batch only), Identity (droppath),
- * ReduceMean (token_meanpool).  The file is written atomically.
- * CL_ERR_UNSUPPORTED names a node the format mapping lacks (a BN not after
- * a conv, a row_gather mixing images at another batch than g->batch). */
+ * ReduceMean (token_meanpool).  A node that runs int8
+ * (cl_graph_quant_node) reads its input through QuantizeLinear ->
+ * DequantizeLinear (zero point 0, u8 or s8) and its weight as INT8 through
+ * a per-channel DequantizeLinear, unless o->dequantized.  The file is
+ * written atomically.  CL_ERR_UNSUPPORTED names a node the format mapping
+ * lacks (a BN not after a conv, a row_gather mixing images at another
+ * batch than g->batch); CL_ERR_FORMAT an int8 node whose weights are not
+ * q * scale with q an integer in [-127, 127]. */
 cl_status cl_interop_export_onnx(const cl_graph *g, const char *path,
                                  const cl_onnx_opts *o);
 

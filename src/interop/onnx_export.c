@@ -1,7 +1,8 @@
 /* ONNX export of an inference graph (ResNet's ops; Swin's layernorm, gelu,
- * softmax and gathers, at a fixed or a symbolic batch), written as
- * protobuf by hand (field numbers of onnx/onnx.proto3), opset 17 for
- * LayerNormalization. */
+ * softmax and gathers, at a fixed or a symbolic batch; the int8 nodes of a
+ * quantized graph as QuantizeLinear/DequantizeLinear around float ops),
+ * written as protobuf by hand (field numbers of onnx/onnx.proto3), opset
+ * 17 for LayerNormalization (13 would do for per-channel DQ). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +48,8 @@ enum {
     TENSOR_NAME = 8,
     TENSOR_RAW_DATA = 9,
     TENSOR_FLOAT = 1,
+    TENSOR_UINT8 = 2,
+    TENSOR_INT8 = 3,
     TENSOR_INT64 = 7,
     VI_NAME = 1,
     VI_TYPE = 2,
@@ -121,19 +124,28 @@ static void node_end(cl_pb_writer *graph, cl_pb_writer *node)
     cl_pb_writer_free(node);
 }
 
-static void initializer(cl_pb_writer *graph, const char *name,
-                        const int64_t *dims, int ndim, const float *v, size_t n)
+/* An initializer of ONNX data type `type` from its raw bytes. */
+static void initializer_raw(cl_pb_writer *graph, const char *name,
+                            const int64_t *dims, int ndim, int type,
+                            const void *v, size_t bytes)
 {
     cl_pb_writer t;
     cl_pb_writer_init(&t);
     for (int i = 0; i < ndim; i++)
         cl_pb_put_int64(&t, TENSOR_DIMS, dims[i]);
-    cl_pb_put_varint(&t, TENSOR_DATA_TYPE, TENSOR_FLOAT);
+    cl_pb_put_varint(&t, TENSOR_DATA_TYPE, (uint64_t)type);
     cl_pb_put_string(&t, TENSOR_NAME, name);
     /* raw_data is little-endian, as the hosts classic runs on. */
-    cl_pb_put_bytes(&t, TENSOR_RAW_DATA, v, n * sizeof(float));
+    cl_pb_put_bytes(&t, TENSOR_RAW_DATA, v, bytes);
     cl_pb_put_message(graph, GRAPH_INITIALIZER, &t);
     cl_pb_writer_free(&t);
+}
+
+static void initializer(cl_pb_writer *graph, const char *name,
+                        const int64_t *dims, int ndim, const float *v, size_t n)
+{
+    initializer_raw(graph, name, dims, ndim, TENSOR_FLOAT, v,
+                    n * sizeof(float));
 }
 
 /* An int64 initializer (indices, shapes). */
@@ -141,15 +153,8 @@ static void initializer_i64(cl_pb_writer *graph, const char *name,
                             const int64_t *dims, int ndim, const int64_t *v,
                             size_t n)
 {
-    cl_pb_writer t;
-    cl_pb_writer_init(&t);
-    for (int i = 0; i < ndim; i++)
-        cl_pb_put_int64(&t, TENSOR_DIMS, dims[i]);
-    cl_pb_put_varint(&t, TENSOR_DATA_TYPE, TENSOR_INT64);
-    cl_pb_put_string(&t, TENSOR_NAME, name);
-    cl_pb_put_bytes(&t, TENSOR_RAW_DATA, v, n * sizeof(int64_t));
-    cl_pb_put_message(graph, GRAPH_INITIALIZER, &t);
-    cl_pb_writer_free(&t);
+    initializer_raw(graph, name, dims, ndim, TENSOR_INT64, v,
+                    n * sizeof(int64_t));
 }
 
 /* ValueInfoProto of a float tensor; dims[0] < 0 writes dim_param "N". */
@@ -209,14 +214,138 @@ typedef struct emit_ctx {
     char *folded;        /* per node: written already as part of another */
     char *inited;        /* per tensor: INIT_* written already */
     const char *batched; /* per tensor: its size follows the batch */
-    char in0[32], in1[32], out[32];
+    char *qdq;           /* per tensor: its Q/DQ pair written already */
+    int int8;            /* the node runs int8: QDQ in, int8 weights */
+    char in0[48], in1[32], out[32];
 } emit_ctx;
 
 typedef cl_status (*emit_fn)(emit_ctx *e);
 
+/* ---- int8 nodes as QDQ ----------------------------------------------------
+ * A node that runs int8 (cl_graph_quant_node) reads its activation through
+ * QuantizeLinear -> DequantizeLinear (u8 or s8 by act_signed, zero point 0,
+ * one pair per tensor for all its int8 readers) and its weight as an INT8
+ * initializer through a per-channel DequantizeLinear (opset 13 and up).
+ * The op, its bias and every other node stay float: a runtime without
+ * int8 kernels runs the numbers classic's int8 plan stands for, and one
+ * with them (ONNX Runtime's QDQ fusion) may run the op in int8. */
+
+/* Node i's s8 weights q (out rows of `per`) from its dequantized f32
+ * weights w and its scales s: q = round(w / s), which must be an integer
+ * in [-127, 127] within 1e-3, as the weights of a quantized file are q * s
+ * up to the float rounding of the product; a channel of scale 0 must be
+ * zero.  mul (NULL: 1) is a factor per output channel folded into the
+ * DequantizeLinear scale dq (a BN's gamma / sqrt(var + eps)): its sign
+ * goes into q, so dq stays positive; dq is 1 for a row of zeros. */
+static cl_status quantize_weights(const cl_graph *g, int i, const float *w,
+                                  int out, size_t per, const double *mul,
+                                  int8_t *q, float *dq)
+{
+    const char *name = g->nodes[i].name;
+    const float *s = cl_graph_quant_wscale(g, i);
+    for (int o = 0; o < out; o++) {
+        const double m = mul ? mul[o] : 1.0;
+        if (!isfinite(s[o]) || s[o] < 0.0f || !isfinite(m))
+            return cl_error(CL_ERR_FORMAT,
+                            "onnx export: node %s: output channel %d has "
+                            "weight scale %g and BN factor %g; both must be "
+                            "finite and the scale >= 0",
+                            name, o, (double)s[o], m);
+        for (size_t k = 0; k < per; k++) {
+            const float v = w[(size_t)o * per + k];
+            const double r = s[o] > 0.0f ? (double)v / s[o] : (double)v;
+            const double qr = nearbyint(r);
+            if (fabs(r - qr) > 1e-3 || fabs(qr) > 127.0 ||
+                (s[o] == 0.0f && v != 0.0f))
+                return cl_error(CL_ERR_FORMAT,
+                                "onnx export: node %s: weight %zu of output "
+                                "channel %d is %g, %.6g times its scale %g, "
+                                "not an integer in [-127, 127]: an int8 "
+                                "node's weights must be the dequantized q * "
+                                "scale of a quantized file",
+                                name, k, o, (double)v, r, (double)s[o]);
+            q[(size_t)o * per + k] = (int8_t)(m < 0 ? -qr : m > 0 ? qr : 0);
+        }
+        const double d = (double)s[o] * fabs(m);
+        dq[o] = d > 0 ? (float)d : 1.0f;
+    }
+    return CL_OK;
+}
+
+/* The float weight `w` as DequantizeLinear(axis) of the INT8 initializer
+ * "<w>.quantized" (dims) with the per-channel scale "<w>.scale" and the
+ * zero point "<w>.zero_point" (nch each). */
+static cl_status weight_dq(cl_pb_writer *graph, const char *w,
+                           const int64_t *dims, int ndim, const int8_t *q,
+                           size_t nq, const float *scale, int nch, int axis)
+{
+    char qn[112], sn[112], zn[112], nn[112];
+    int8_t *zero = cl_alloc_zero((size_t)nch, "onnx weight zero point");
+    if (!zero)
+        return CL_ERR_NOMEM;
+    const int64_t c = nch;
+    snprintf(qn, sizeof qn, "%s.quantized", w);
+    snprintf(sn, sizeof sn, "%s.scale", w);
+    snprintf(zn, sizeof zn, "%s.zero_point", w);
+    snprintf(nn, sizeof nn, "%s.dequantize", w);
+    initializer_raw(graph, qn, dims, ndim, TENSOR_INT8, q, nq);
+    initializer(graph, sn, &c, 1, scale, (size_t)nch);
+    initializer_raw(graph, zn, &c, 1, TENSOR_INT8, zero, (size_t)nch);
+    cl_free(zero);
+    const char *ins[3] = {qn, sn, zn};
+    cl_pb_writer node;
+    node_begin(&node, "DequantizeLinear", nn, ins, 3, w);
+    attr_int(&node, "axis", axis);
+    node_end(graph, &node);
+    return CL_OK;
+}
+
+/* The int8 node's activation input through its tensor's Q/DQ pair,
+ * written at its first int8 reader: "<x>.scale" (float), "<x>.zero_point"
+ * (uint8 or int8 0), QuantizeLinear to "<x>_q", DequantizeLinear to
+ * "<x>_dq", which the node then reads. */
+static cl_status act_qdq(emit_ctx *e)
+{
+    const cl_graph *g = e->g;
+    const int t = e->n->in[0];
+    char x[32], sn[48], zn[48], qn[48], dq[48], nn[64];
+    tensor_name(g, t, x, sizeof x);
+    snprintf(sn, sizeof sn, "%s.scale", x);
+    snprintf(zn, sizeof zn, "%s.zero_point", x);
+    snprintf(qn, sizeof qn, "%s_q", x);
+    snprintf(dq, sizeof dq, "%s_dq", x);
+    if (!e->qdq[t]) {
+        const float sc = g->quant->act_scale[t];
+        if (!isfinite(sc))
+            return cl_error(CL_ERR_FORMAT,
+                            "onnx export: node %s: its input's int8 scale "
+                            "is %g",
+                            e->n->name, (double)sc);
+        e->qdq[t] = 1;
+        const uint8_t zero = 0;
+        initializer(e->graph, sn, NULL, 0, &sc, 1);
+        initializer_raw(e->graph, zn, NULL, 0,
+                        g->quant->act_signed[t] ? TENSOR_INT8 : TENSOR_UINT8,
+                        &zero, 1);
+        const char *qin[3] = {x, sn, zn};
+        const char *dqin[3] = {qn, sn, zn};
+        cl_pb_writer node;
+        snprintf(nn, sizeof nn, "%s.quantize", x);
+        node_begin(&node, "QuantizeLinear", nn, qin, 3, qn);
+        node_end(e->graph, &node);
+        snprintf(nn, sizeof nn, "%s.dequantize", x);
+        node_begin(&node, "DequantizeLinear", nn, dqin, 3, dq);
+        node_end(e->graph, &node);
+    }
+    memcpy(e->in0, dq, sizeof e->in0);
+    return CL_OK;
+}
+
 /* Conv (+ folded BN): W' = W * gamma / sqrt(var + eps), b' = beta +
- * (b - mean) * gamma / sqrt(var + eps), all in double. */
-static cl_status conv_folded(const cl_graph *g, int i, int bn,
+ * (b - mean) * gamma / sqrt(var + eps), all in double.  An int8 conv
+ * keeps its s8 weights and takes the BN's factor into their per-channel
+ * DequantizeLinear scale instead. */
+static cl_status conv_folded(const cl_graph *g, int i, int bn, int int8,
                              cl_pb_writer *graph, const char *in,
                              const char *out)
 {
@@ -227,12 +356,14 @@ static cl_status conv_folded(const cl_graph *g, int i, int bn,
     const float *cb = a->has_bias ? cl_graph_param(g, n->param[1]) : NULL;
     size_t nw = (size_t)cl_graph_numel(g, wt);
     size_t per = nw / (size_t)a->out_ch;
+    cl_status s = CL_OK;
     float *fw = cl_alloc(nw * sizeof(float), "onnx conv weight");
     float *fb = cl_alloc((size_t)a->out_ch * sizeof(float), "onnx conv bias");
-    if (!fw || !fb) {
-        cl_free(fw);
-        cl_free(fb);
-        return CL_ERR_NOMEM;
+    double *mul =
+        cl_alloc((size_t)a->out_ch * sizeof(double), "onnx conv weight");
+    if (!fw || !fb || !mul) {
+        s = CL_ERR_NOMEM;
+        goto done;
     }
     const cl_node *b = bn >= 0 ? &g->nodes[bn] : NULL;
     for (int o = 0; o < a->out_ch; o++) {
@@ -245,18 +376,34 @@ static cl_status conv_folded(const cl_graph *g, int i, int bn,
             scale = gamma[o] / sqrt((double)var[o] + b->attr.batchnorm2d.eps);
             shift = beta[o] + (shift - mean[o]) * scale;
         }
-        for (size_t k = 0; k < per; k++)
+        mul[o] = scale;
+        for (size_t k = 0; k < per && !int8; k++)
             fw[o * per + k] = (float)(w[o * per + k] * scale);
         fb[o] = (float)shift;
     }
     char wn[96], bname[96];
     snprintf(wn, sizeof wn, "%s.weight", n->name);
     snprintf(bname, sizeof bname, "%s.bias", n->name);
-    initializer(graph, wn, g->tensors[wt].shape.d, 4, fw, nw);
+    if (int8) {
+        int8_t *q = (int8_t *)fw; /* the s8 weights in fw's bytes */
+        float *dq = cl_alloc((size_t)a->out_ch * sizeof(float), "onnx conv "
+                                                                "scale");
+        if (!dq) {
+            s = CL_ERR_NOMEM;
+            goto done;
+        }
+        s = quantize_weights(g, i, w, a->out_ch, per, mul, q, dq);
+        if (s == CL_OK)
+            s = weight_dq(graph, wn, g->tensors[wt].shape.d, 4, q, nw, dq,
+                          a->out_ch, 0);
+        cl_free(dq);
+        if (s != CL_OK)
+            goto done;
+    } else {
+        initializer(graph, wn, g->tensors[wt].shape.d, 4, fw, nw);
+    }
     int64_t od = a->out_ch;
     initializer(graph, bname, &od, 1, fb, (size_t)a->out_ch);
-    cl_free(fw);
-    cl_free(fb);
     const char *ins[3] = {in, wn, bname};
     cl_pb_writer node;
     node_begin(&node, "Conv", n->name, ins, 3, out);
@@ -268,7 +415,11 @@ static cl_status conv_folded(const cl_graph *g, int i, int bn,
     attr_ints(&node, "dilations", dil, 2);
     attr_int(&node, "group", a->groups);
     node_end(graph, &node);
-    return CL_OK;
+done:
+    cl_free(fw);
+    cl_free(fb);
+    cl_free(mul);
+    return s;
 }
 
 static cl_status emit_conv2d(emit_ctx *e)
@@ -278,7 +429,7 @@ static cl_status emit_conv2d(emit_ctx *e)
         e->folded[bn] = 1;
         tensor_name(e->g, e->g->nodes[bn].out, e->out, sizeof e->out);
     }
-    return conv_folded(e->g, e->i, bn, e->graph, e->in0, e->out);
+    return conv_folded(e->g, e->i, bn, e->int8, e->graph, e->in0, e->out);
 }
 
 /* A node of op_type over the node's first n_in inputs, no attributes. */
@@ -381,18 +532,38 @@ static cl_status emit_linear_tokens(emit_ctx *e)
     const int wt = e->n->param[0];
     const float *w = cl_graph_param(g, wt);
     const size_t nw = (size_t)a->in_features * (size_t)a->out_features;
-    float *wtr = cl_alloc(nw * sizeof(float), "onnx linear weight");
-    if (!wtr)
-        return CL_ERR_NOMEM;
-    for (int o = 0; o < a->out_features; o++)
-        for (int k = 0; k < a->in_features; k++)
-            wtr[(size_t)k * a->out_features + o] =
-                w[(size_t)o * a->in_features + k];
     char wn[96], mid[48], bname[96];
     snprintf(wn, sizeof wn, "%s.T", g->tensors[wt].name);
     int64_t wd[2] = {a->in_features, a->out_features};
-    initializer(e->graph, wn, wd, 2, wtr, nw);
-    cl_free(wtr);
+    if (e->int8) {
+        /* The s8 weights transposed, their channels along axis 1. */
+        int8_t *q = cl_alloc(2 * nw, "onnx linear weight");
+        float *dq = cl_alloc((size_t)a->out_features * sizeof(float),
+                             "onnx linear scale");
+        cl_status s = q && dq ? CL_OK : CL_ERR_NOMEM;
+        if (s == CL_OK)
+            s = quantize_weights(g, e->i, w, a->out_features,
+                                 (size_t)a->in_features, NULL, q + nw, dq);
+        for (int o = 0; s == CL_OK && o < a->out_features; o++)
+            for (int k = 0; k < a->in_features; k++)
+                q[(size_t)k * a->out_features + o] =
+                    q[nw + (size_t)o * a->in_features + k];
+        if (s == CL_OK)
+            s = weight_dq(e->graph, wn, wd, 2, q, nw, dq, a->out_features, 1);
+        cl_free(q);
+        cl_free(dq);
+        CL_TRY(s);
+    } else {
+        float *wtr = cl_alloc(nw * sizeof(float), "onnx linear weight");
+        if (!wtr)
+            return CL_ERR_NOMEM;
+        for (int o = 0; o < a->out_features; o++)
+            for (int k = 0; k < a->in_features; k++)
+                wtr[(size_t)k * a->out_features + o] =
+                    w[(size_t)o * a->in_features + k];
+        initializer(e->graph, wn, wd, 2, wtr, nw);
+        cl_free(wtr);
+    }
     snprintf(mid, sizeof mid, "%s_mm", e->out);
     const char *ins[2] = {e->in0, wn};
     cl_pb_writer node;
@@ -607,8 +778,26 @@ static cl_status emit_linear(emit_ctx *e)
     int wt = e->n->param[0];
     char wn[96], bname[96];
     snprintf(wn, sizeof wn, "%s", g->tensors[wt].name);
-    initializer(e->graph, wn, g->tensors[wt].shape.d, 2, cl_graph_param(g, wt),
-                (size_t)cl_graph_numel(g, wt));
+    const size_t nw = (size_t)cl_graph_numel(g, wt);
+    if (e->int8) {
+        int8_t *q = cl_alloc(nw, "onnx linear weight");
+        float *dq = cl_alloc((size_t)a->out_features * sizeof(float),
+                             "onnx linear scale");
+        cl_status s = q && dq ? CL_OK : CL_ERR_NOMEM;
+        if (s == CL_OK)
+            s = quantize_weights(g, e->i, cl_graph_param(g, wt),
+                                 a->out_features, (size_t)a->in_features, NULL,
+                                 q, dq);
+        if (s == CL_OK)
+            s = weight_dq(e->graph, wn, g->tensors[wt].shape.d, 2, q, nw, dq,
+                          a->out_features, 0);
+        cl_free(q);
+        cl_free(dq);
+        CL_TRY(s);
+    } else {
+        initializer(e->graph, wn, g->tensors[wt].shape.d, 2,
+                    cl_graph_param(g, wt), nw);
+    }
     const char *gin[3] = {e->in0, wn, bname};
     int n_in = 2;
     if (a->has_bias) {
@@ -743,10 +932,12 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
     char *folded = cl_alloc_zero((size_t)g->n_nodes, "onnx export");
     char *inited = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
     char *batched = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
-    if (!folded || !inited || !batched) {
+    char *qdq = cl_alloc_zero((size_t)g->n_tensors, "onnx export");
+    if (!folded || !inited || !batched || !qdq) {
         cl_free(folded);
         cl_free(inited);
         cl_free(batched);
+        cl_free(qdq);
         return CL_ERR_NOMEM;
     }
     /* A tensor depends on the batch when the input reaches it (the nodes
@@ -776,14 +967,20 @@ static cl_status build_graph(const cl_graph *g, const cl_onnx_opts *o,
                       .graph = graph,
                       .folded = folded,
                       .inited = inited,
-                      .batched = batched};
+                      .batched = batched,
+                      .qdq = qdq,
+                      .int8 = !o->dequantized && cl_graph_quant_node(g, i)};
         tensor_name(g, n->in[0], e.in0, sizeof e.in0);
         tensor_name(g, n->out, e.out, sizeof e.out);
-        s = op_emit[n->op](&e);
+        if (e.int8)
+            s = act_qdq(&e);
+        if (s == CL_OK)
+            s = op_emit[n->op](&e);
     }
     cl_free(folded);
     cl_free(inited);
     cl_free(batched);
+    cl_free(qdq);
     if (s != CL_OK)
         return s;
     const cl_shape *xs = &g->tensors[g->input].shape;
