@@ -557,6 +557,14 @@ CL_TEST(routes_and_their_json)
     const cl_json *cls = cl_json_get(cl_json_get(r, "parameters"), "classes");
     CHECK(cls && cls->count == N_CLASSES &&
           strcmp(cls->child->str, "class0") == 0);
+    /* The batch the worker forms: measured at start, 1 to max_batch, and
+     * the timings behind it in the log. */
+    const cl_json *cap = cl_json_get(cl_json_get(r, "parameters"), "batch_cap");
+    CHECK(cap && cap->i >= 1 && cap->i <= 16);
+    char *log = cl_test_read_file(s.log, NULL);
+    CHECK(log && strstr(log, "model tiny: precision f32, batches of up to") &&
+          strstr(log, "ms per image at 1: ") && strstr(log, ", 16: "));
+    free(log);
     cl_json_free(d);
     CHECK(http(&s, "/v1/models", NULL) == 200);
     CHECK(strstr(body, "\"models\":[{\"name\":\"tiny\"") != NULL);
@@ -683,7 +691,7 @@ CL_TEST(routes_and_their_json)
 CL_TEST(answers_equal_predict_and_do_not_depend_on_the_batch)
 {
     server s;
-    REQUIRE(start(&s, "--max_delay_ms 200 --max_batch 8"));
+    REQUIRE(start(&s, "--max_delay_ms 200 --max_batch 8 --batching max"));
     char args[16384];
     int n = snprintf(args, sizeof args, "predict --checkpoint %s --json",
                      checkpoint());
@@ -920,7 +928,8 @@ CL_TEST(full_queue_answers_503_at_once)
      * fill while another request is on its way: the first image holds the
      * place, the second is refused at once. */
     server s;
-    REQUIRE(start(&s, "--queue 1 --max_batch 2 --max_delay_ms 3000"));
+    REQUIRE(start(
+        &s, "--queue 1 --max_batch 2 --max_delay_ms 3000 --batching max"));
     int held = hold(&s);
     REQUIRE(held >= 0);
     char cmd[16384], out[1300];
@@ -1211,7 +1220,8 @@ CL_TEST(command_line_refusals)
     } bad[] = {
         {"--max_batch 0", "--max_batch 0: expected an integer from 1 to 64"},
         {"--queue x", "--queue x"},
-        {"--precision fp16", "expected f32 or bf16"},
+        {"--precision fp16", "expected f32, bf16 or int8"},
+        {"--batching some", "--batching some: expected measured or max"},
         {"--bogus 1", "unknown option --bogus"},
         {"--host not-an-ip", "not a numeric IPv4 or IPv6"},
         {"--token_file /nonexistent/t", "cannot read --token_file"},

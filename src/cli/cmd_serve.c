@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "classic/classic.h"
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "serve/serve.h"
 
@@ -18,8 +19,9 @@ static void usage(void)
         "usage: classic serve --model NAME=CHECKPOINT [--model NAME2=...]\n"
         "                     [--precision f32|bf16|int8] [--host 127.0.0.1] "
         "[--port 8080]\n"
-        "                     [--max_batch 16] [--max_delay_ms 5] "
-        "[--queue 256]\n"
+        "                     [--max_batch 16] [--batching measured|max] "
+        "[--max_delay_ms 5]\n"
+        "                     [--queue 256] "
         "                     [--token_file F | --no_auth] "
         "[--max_body_mb 20]\n"
         "                     [--max_pixels 40000000] "
@@ -27,9 +29,12 @@ static void usage(void)
         "Serves the models over HTTP: the Open Inference Protocol "
         "(/v2/...),\nPOST /v1/models/NAME:classify with an image, a page at "
         "/ and Prometheus\nmetrics at /metrics.  Requests are batched per "
-        "model (max_batch images, or\nfewer once the oldest waited "
-        "max_delay_ms).  Another host than 127.0.0.1\nneeds --token_file "
-        "(Bearer) or --no_auth.  SIGHUP reloads the checkpoints,\nSIGTERM "
+        "model: up to the largest batch\nof at most max_batch that costs "
+        "less per image than smaller ones (timed\nwhen the model opens, "
+        "logged at start; --batching max: up to max_batch always),\nor fewer "
+        "once the oldest waited max_delay_ms.  "
+        "Another host than 127.0.0.1 needs --token_file"
+        "\n(Bearer) or --no_auth.  SIGHUP reloads the checkpoints,\nSIGTERM "
         "and SIGINT finish the requests in flight and exit.  Port 0 picks a\n"
         "free port.  docs/serve.md.\n");
 }
@@ -131,6 +136,15 @@ int cl_cmd_serve(int argc, char **argv)
             if (!int_arg(a, v, 1, 64, &x))
                 goto done;
             o.max_batch = (int)x;
+        } else if (strcmp(a, "--batching") == 0) {
+            if (strcmp(v, "measured") && strcmp(v, "max")) {
+                fprintf(stderr,
+                        "classic: serve: --batching %s: expected "
+                        "measured or max\n",
+                        v);
+                goto done;
+            }
+            o.batch_max = strcmp(v, "max") == 0;
         } else if (strcmp(a, "--max_delay_ms") == 0) {
             if (!int_arg(a, v, 0, 10000, &x))
                 goto done;
@@ -163,11 +177,11 @@ int cl_cmd_serve(int argc, char **argv)
             goto done;
         }
     }
-    if (o.precision && strcmp(o.precision, "f32") != 0 &&
-        strcmp(o.precision, "bf16") != 0) {
+    cl_precision prec;
+    if (cl_precision_parse(o.precision, &prec) != CL_OK) {
         fprintf(stderr,
-                "classic: serve: --precision %s: expected f32 or "
-                "bf16\n",
+                "classic: serve: --precision %s: expected f32, bf16 "
+                "or int8\n",
                 o.precision);
         goto done;
     }
@@ -204,14 +218,20 @@ int cl_cmd_serve(int argc, char **argv)
                 "classic serve: WARNING: --no_auth: anyone who "
                 "reaches %s can use the models\n",
                 o.host);
+    for (int i = 0; i < o.n_models; i++) {
+        char line[512];
+        cl_serve_describe(sv, i, line, sizeof line);
+        fprintf(stderr, "classic serve: %s\n", line);
+    }
     fprintf(stderr, "classic serve: %d model(s) (", o.n_models);
     for (int i = 0; i < o.n_models; i++)
         fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
     fprintf(stderr,
             "), %s, max_batch %d, max_delay_ms %d, queue %d, %s; listening on "
             "http://%s%s%s:%d/\n",
-            o.precision ? o.precision : "f32", o.max_batch, o.max_delay_ms,
-            o.queue, token ? "Bearer token required" : "no token",
+            o.precision ? o.precision : "each its own precision", o.max_batch,
+            o.max_delay_ms, o.queue,
+            token ? "Bearer token required" : "no token",
             strchr(o.host, ':') ? "[" : "", o.host,
             strchr(o.host, ':') ? "]" : "", cl_serve_port(sv));
     for (;;) {

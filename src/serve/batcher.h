@@ -18,7 +18,18 @@ typedef struct cl_serve_gen {
     int in_c, side, num_classes;
     size_t per;     /* in_c * side * side */
     float *bx, *bp; /* the batch's inputs (max_batch, per) and probs */
+    /* The largest batch the worker forms: the largest planned size (1, 2,
+     * 4, ..., max_batch) whose time per image, measured when opened, is
+     * at least CL_SERVE_PAYS below that of the best smaller size. */
+    int batch_cap;
+    int n_sizes;
+    int sizes[8];
+    double ms_per_image[8]; /* at sizes[k], the best of three runs */
 } cl_serve_gen;
+
+/* How much cheaper per image a larger batch must be to be formed: a batch
+ * that costs as much per image only adds the time its requests wait. */
+#define CL_SERVE_PAYS 0.9
 
 /* A request's wait for its images. */
 typedef struct cl_serve_waiter {
@@ -44,6 +55,7 @@ typedef struct cl_serve_model {
     const char *precision;
     int index; /* in the metrics */
     int max_batch, cap;
+    int batch_max; /* batch_cap is max_batch, not measured */
     double max_delay_s;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* wakes the worker */
@@ -58,8 +70,9 @@ typedef struct cl_serve_model {
     cl_serve_metrics *metrics;
 } cl_serve_model;
 
-/* Opens m->path into a new opening with its batch plans made (every size up
- * to max_batch run once), ready to swap in.  Thread-safe. */
+/* Opens m->path into a new opening with its batch plans made and timed
+ * (every size up to max_batch, batch_cap), ready to swap in.
+ * Thread-safe. */
 cl_status cl_serve_gen_open(const cl_serve_model *m, cl_serve_gen **out);
 /* The current opening with a reference taken; cl_serve_gen_put drops it. */
 cl_serve_gen *cl_serve_gen_get(cl_serve_model *m);

@@ -12,15 +12,17 @@ typedef struct cl_serve_opts {
     int n_models;
     const char *const *names; /* [A-Za-z0-9._-], up to 63 characters */
     const char *const *paths; /* any checkpoint cl_classifier_open reads */
-    const char *precision;    /* "f32" (NULL) or "bf16" */
+    const char *precision;    /* "f32", "bf16", "int8"; NULL: the model's */
     const char *host;         /* numeric IPv4 or IPv6; NULL: 127.0.0.1 */
     int port;                 /* 0: an ephemeral port (cl_serve_port) */
     int max_batch;            /* images per forward, 1..64 */
-    int max_delay_ms;         /* how long the oldest image waits for more */
-    int queue;                /* images waiting per model */
-    const char *token;        /* the Bearer token, NULL for none */
-    int no_auth;              /* non-zero: another host without a token */
-    size_t max_body;          /* bytes of a request body */
+    int batch_max;     /* 1: batches up to max_batch even where they do not pay
+                          (0: up to the largest that pays, timed at start) */
+    int max_delay_ms;  /* how long the oldest image waits for more */
+    int queue;         /* images waiting per model */
+    const char *token; /* the Bearer token, NULL for none */
+    int no_auth;       /* non-zero: another host without a token */
+    size_t max_body;   /* bytes of a request body */
     unsigned long long max_pixels; /* of one image, read from its header */
     int max_connections;
     int timeout_s; /* an idle or slow connection is closed after this */
@@ -35,6 +37,9 @@ typedef struct cl_server cl_server;
 cl_status cl_serve_start(cl_server **out, const cl_serve_opts *o);
 /* The port listened on (what port 0 became). */
 int cl_serve_port(const cl_server *s);
+/* Model i's name, the precision it runs at and the batches its worker
+ * forms, as one line into buf ("" past the last model). */
+void cl_serve_describe(cl_server *s, int i, char *buf, size_t n);
 /* Opens every model's path again and, once all opened, swaps them in;
  * requests in flight finish on the old openings.  On a failure the old
  * models stay and the failure is returned.  Not concurrent with itself. */

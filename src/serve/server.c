@@ -330,9 +330,10 @@ static enum MHD_Result get_route(cl_server *sv, struct MHD_Connection *con,
                            "{\"name\":\"top_k_probabilities\",\"datatype\":"
                            "\"FP32\",\"shape\":[-1,-1]}],\"parameters\":{"
                            "\"precision\":\"%s\",\"max_batch\":%d,"
-                           "\"classes\":[",
+                           "\"batch_cap\":%d,\"classes\":[",
                            g->in_c, g->side, g->side, g->num_classes,
-                           cl_classifier_precision(g->c), mi->max_batch);
+                           cl_classifier_precision(g->c), mi->max_batch,
+                           g->batch_cap);
             for (int k = 0; k < g->num_classes; k++) {
                 const char *cn = cl_classifier_class_name(g->c, k);
                 if (k)
@@ -846,6 +847,7 @@ cl_status cl_serve_start(cl_server **out, const cl_serve_opts *o)
         m->precision = o->precision;
         m->index = i;
         m->max_batch = o->max_batch;
+        m->batch_max = o->batch_max;
         m->cap = o->queue;
         m->max_delay_s = 1e-3 * o->max_delay_ms;
         m->metrics = &sv->metrics;
@@ -887,6 +889,28 @@ cl_status cl_serve_start(cl_server **out, const cl_serve_opts *o)
 int cl_serve_port(const cl_server *s)
 {
     return s ? s->port : 0;
+}
+
+void cl_serve_describe(cl_server *sv, int i, char *buf, size_t n)
+{
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    if (!sv || i < 0 || i >= sv->n)
+        return;
+    cl_serve_model *m = &sv->models[i];
+    cl_serve_gen *g = cl_serve_gen_get(m);
+    size_t k = (size_t)snprintf(buf, n,
+                                "model %s: precision %s, batches of up to %d "
+                                "(max_batch %d; ms per image at",
+                                m->name, cl_classifier_precision(g->c),
+                                g->batch_cap, m->max_batch);
+    for (int j = 0; j < g->n_sizes && k < n; j++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %d: %.2f", j ? "," : "",
+                              g->sizes[j], g->ms_per_image[j]);
+    if (k < n)
+        snprintf(buf + k, n - k, ")");
+    cl_serve_gen_put(m, g);
 }
 
 cl_status cl_serve_reload(cl_server *sv)
