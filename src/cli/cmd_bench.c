@@ -13,6 +13,7 @@
 #include "classic/classic.h"
 #include "cli/cli.h"
 #include "core/cpu_peak.h"
+#include "train/quantize.h"
 #include "core/error.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -27,6 +28,7 @@ typedef struct bench_opts {
     int direct_convs;      /* --convs direct: cl_backend_opts.direct_convs */
     int profile;           /* --profile on: time each kind of plan step */
     const char *precision; /* --precision (infer): sets amp, checked */
+    int int8;              /* --precision int8: calibrated on x, int8 plan */
     int amp_given;
 } bench_opts;
 
@@ -42,7 +44,7 @@ static void bench_usage(FILE *f)
         "                     [--threads 2] [--steps 10] [--warmup 3]\n"
         "                     [--mode train|infer|both]\n"
         "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
-        "                     [--precision f32|bf16]\n"
+        "                     [--precision f32|bf16|int8]\n"
         "                     [--convs rewrite|direct] [--profile on|off]\n\n"
         "Times full training steps (forward, backward, momentum-SGD "
         "update)\nand inference on synthetic data after warm-up; prints "
@@ -61,8 +63,10 @@ static void bench_usage(FILE *f)
         "then waits for its primitive, so the\nprofiled run is a little "
         "slower than an unprofiled one.\n--precision (with --mode infer) runs "
         "inference as predict, eval and the API\ndo at that precision "
-        "(bf16: the O2 inference plan), refused where they\nwould refuse "
-        "it; --amp is the training side's switch.\n");
+        "(bf16: the O2 inference plan; int8: the network quantized\nwith "
+        "min-max scales of the timed batch, its MFU against the CPU's int8 "
+        "peak),\nrefused where they would refuse it; --amp is the training "
+        "side's switch.\n");
 }
 
 static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
@@ -105,6 +109,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->direct_convs = 0;
     o->profile = 0;
     o->precision = NULL;
+    o->int8 = 0;
     o->amp_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -196,6 +201,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return 1;
         }
         o->amp = cl_precision_amp_level(p);
+        o->int8 = p == CL_PRECISION_INT8;
     }
     return 0;
 }
@@ -267,9 +273,18 @@ static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
     if (st != CL_OK)
         goto fail;
     *macs = cl_graph_macs(&g);
+    if (!train && o->int8) {
+        /* Min-max scales from the timed batch itself: only the speed of
+         * the int8 plan means anything here, not its numbers. */
+        const float *xs[1] = {x};
+        st = cl_quant_calibrate(&g, xs, 1, NULL, o->threads);
+        if (st != CL_OK)
+            goto fail;
+    }
     cl_backend_opts bo = {.threads = o->threads,
                           .amp_level = o->amp,
-                          .direct_convs = o->direct_convs};
+                          .direct_convs = o->direct_convs,
+                          .int8 = !train && o->int8};
     st = cl_backend_create(&be, o->backend, &g,
                            train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
     if (st != CL_OK)
@@ -378,14 +393,19 @@ int cl_cmd_bench(int argc, char **argv)
      * MFU above 100%. */
     cl_peak pk, pk2;
     double peak = 0;
-    const cl_peak_kind kind = cl_peak_kind_for(cl_dnnl_isa_name(), o.amp > 0);
+    const cl_peak_kind kind =
+        o.int8 ? cl_peak_kind_for_int8(cl_dnnl_isa_name())
+               : cl_peak_kind_for(cl_dnnl_isa_name(), o.amp > 0);
     if (cl_peak_measure(kind, threads, &pk) == CL_OK)
         peak = pk.gflops;
     printf("classic bench: %s, %s%s%d classes, %dx%d, batch %d, "
-           "%d threads, backend %s, amp O%d, convs %s (cpu isa %s)\n",
+           "%d threads, backend %s, %s%d, convs %s (cpu isa %s)\n",
            o.arch, cl_arch_stem(&cfg) ? o.stem : "",
            cl_arch_stem(&cfg) ? " stem, " : "", o.classes, o.size, o.size,
-           o.batch, threads, o.backend, o.amp,
+           o.batch, threads, o.backend,
+           o.int8 ? "precision int8 (min-max on the timed batch), amp O"
+                  : "amp O",
+           o.amp,
            strcmp(o.backend, "onednn") != 0 ? "n/a"
            : o.direct_convs                 ? "direct"
                                             : "rewrite",
