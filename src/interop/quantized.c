@@ -264,6 +264,10 @@ cl_status cl_qfile_scales(const cl_qfile *q, cl_graph *g)
     size_t n = cl_st_count(q->f);
     for (size_t i = 0; i < n; i++)
         total += q->scale[i] >= 0;
+    /* No int8 layer (a file whose weights were all written as f32): the
+     * model is an f32 one. */
+    if (total == 0)
+        return CL_OK;
     CL_TRY(cl_graph_quant_init(g));
     cl_graph_quant *gq = g->quant;
     /* Which node set each tensor's scale, for the message of a second
