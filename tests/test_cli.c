@@ -123,3 +123,25 @@ CL_TEST(bench_mfu_against_the_isa_peak)
     if (cl_dnnl_bf16_supported())
         mfu_within_peak("O2", "bf16");
 }
+
+/* --precision int8 times the int8 plan (the network quantized by min-max
+ * on its timed batch) and measures its MFU against the int8 peak. */
+CL_TEST(bench_int8_against_the_int8_peak)
+{
+    REQUIRE(cl_test_classic("bench --arch resnet18 --stem cifar --size 16 "
+                            "--batch 8 --steps 2 --warmup 1 --mode infer "
+                            "--threads 1 --precision int8") == 0);
+    CHECK(strstr(cl_test_out, "precision int8") != NULL);
+    const char *p = strstr(cl_test_out, "\npeak      ");
+    REQUIRE(p != NULL);
+    CHECK(strncmp(strstr(p, ": ") ? strstr(p, ": ") + 2 : "", "int8", 4) == 0);
+    const char *m = strstr(cl_test_out, "bench: mode=infer img_s=");
+    REQUIRE(m != NULL);
+    CHECK(atof(m + strlen("bench: mode=infer img_s=")) > 0);
+    const char *f = strstr(m, " mfu=");
+    REQUIRE(f != NULL);
+    CHECK(atof(f + 5) > 0 && atof(f + 5) <= 100);
+    /* Inference's switch only. */
+    CHECK(cl_test_classic("bench --mode train --precision int8") != 0);
+    CHECK(strstr(cl_test_out, "--precision is inference's switch") != NULL);
+}
