@@ -18,6 +18,14 @@ CL_TEST(check_reports_environment)
     CHECK(strstr(cl_test_out, "oneDNN    2.") != NULL);
     CHECK(strstr(cl_test_out, "cpu isa") != NULL);
     CHECK(strstr(cl_test_out, "unknown") == NULL);
+    /* The precisions, as the commands would refuse or run them. */
+    CHECK(strstr(cl_test_out, "precision f32 yes; bf16 ") != NULL);
+    CHECK(strstr(cl_test_out, cl_dnnl_int8_vnni()
+                                  ? "int8 yes (VNNI"
+                                  : "int8 yes (no VNNI") != NULL);
+    CHECK(strstr(cl_test_out,
+                 cl_dnnl_bf16_native() ? "bf16 yes" : "bf16 no (needs") !=
+          NULL);
     CHECK(strstr(cl_test_out, "threads") != NULL);
     CHECK(strstr(cl_test_out, "mpi") != NULL);
 }

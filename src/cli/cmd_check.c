@@ -15,7 +15,8 @@ int cl_cmd_check(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: classic check\n\nPrints the classic version, the "
                "oneDNN version and the CPU instruction set\nit uses, the "
-               "OpenMP thread count and whether MPI support is built in.\n");
+               "inference precisions it runs, the OpenMP thread count and\n"
+               "whether MPI support is built in.\n");
         return 0;
     }
     char dnnl[128];
@@ -23,6 +24,12 @@ int cl_cmd_check(int argc, char **argv)
     printf("classic   %s\n", cl_version());
     printf("oneDNN    %s\n", dnnl);
     printf("cpu isa   %s\n", cl_dnnl_isa_name());
+    /* What each inference precision runs as here (docs/deploy.md). */
+    printf("precision f32 yes; bf16 %s; int8 %s\n",
+           cl_dnnl_bf16_native() ? "yes" : "no (needs avx512_bf16 or AMX)",
+           cl_dnnl_int8_vnni() ? "yes (VNNI: 8-bit weights)"
+                               : "yes (no VNNI: 7-bit weights where oneDNN "
+                                 "would saturate)");
     printf("threads   %d (OMP_NUM_THREADS or all cores)\n",
            omp_get_max_threads());
 #ifdef CL_HAVE_MPI
