@@ -6,7 +6,7 @@
  * refused; export's --precision on f32 and quantized files; a tiny trained
  * model through classic quantize, export and ORT against classic's int8
  * plan.
- * ctest-labels: interop */
+ * ctest-labels: interop onednn cli */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
