@@ -1,11 +1,11 @@
-/* A quantized ResNet exported as QDQ ONNX: one symbolic-batch file run by
- * ONNX Runtime at batch 1 and 7, held to classic's reference kernels
- * running the same graph in f32 with each int8 node's input quantized and
- * dequantized by the scheme; the file's QuantizeLinear/DequantizeLinear
- * nodes and INT8 weights read back; weights that are not q * scale
- * refused; export's --precision on f32 and quantized files; a tiny trained
- * model through classic quantize, export and ORT against classic's int8
- * plan.
+/* Quantized ResNet and Swin graphs exported as QDQ ONNX: one symbolic-batch
+ * file run by ONNX Runtime at batch 1 and 7, held to classic's reference
+ * kernels running the same graph in f32 with each int8 node's input
+ * quantized and dequantized by the scheme; the file's QuantizeLinear/
+ * DequantizeLinear nodes and INT8 weights read back; weights that are not
+ * q * scale refused; export's --precision on f32 and quantized files; a
+ * tiny trained model through classic quantize, export and ORT against
+ * classic's int8 plan.
  * ctest-labels: interop onednn cli */
 #include <math.h>
 #include <stdint.h>
