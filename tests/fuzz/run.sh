@@ -15,7 +15,8 @@ work="${FUZZ_WORK:-/tmp/classic-fuzz}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
   targets=(idx cifar_bin cifar_tar jpeg png safetensors ckpt pth zip json yaml
-           class_indexing gallery serve_infer serve_multipart serve_image)
+           class_indexing gallery serve_infer serve_multipart serve_image
+           quantized)
 fi
 mkdir -p "$work/crashes"
 # libFuzzer runs one thread: FUZZ_JOBS targets (default 2) fuzz at once.
