@@ -524,6 +524,7 @@ CL_TEST(damaged_file_refused)
                   cases[k].words);
         printf("refused: %s\n", cl_last_error());
         CHECK(c == NULL);
+        cl_classifier_free(c);
         /* One sentence naming the file. */
         CHECK(strstr(cl_last_error(), bad) != NULL);
     }
