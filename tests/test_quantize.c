@@ -593,6 +593,16 @@ CL_TEST(cli_quantize_info_eval_predict)
     snprintf(args, sizeof args, "predict --checkpoint %s %s", q,
              cl_test_path("folder/val/a/0.jpg"));
     REQUIRE(cl_test_classic(args) == 0);
+    /* embed records the precision it ran at; retrieve embeds its query
+     * the same way from the same file. */
+    snprintf(args, sizeof args, "embed --checkpoint %s --out %s", q,
+             cl_test_path("gallery.safetensors"));
+    REQUIRE(cl_test_classic(args) == 0);
+    snprintf(args, sizeof args,
+             "retrieve --gallery %s --checkpoint %s --top 2 %s",
+             cl_test_path("gallery.safetensors"), q,
+             cl_test_path("folder/val/a/0.jpg"));
+    REQUIRE(cl_test_classic(args) == 0);
     /* The C API: int8 by default, f32 when asked. */
     cl_classifier *c = NULL;
     REQUIRE_OK(cl_classifier_open(&c, q, NULL));
