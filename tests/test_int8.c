@@ -189,6 +189,26 @@ static void quantize_weights(cl_graph *g, int i)
     }
 }
 
+/* The same at 7 bits: any q in [-63, 63], odd ones too, which no kernel
+ * may halve, and no u8 x s8 pair can saturate. */
+static void quantize_weights7(cl_graph *g, int i)
+{
+    const cl_node *n = &g->nodes[i];
+    const int O = n->op == CL_OP_CONV2D ? n->attr.conv2d.out_ch
+                                        : n->attr.linear.out_features;
+    const int64_t per = cl_graph_numel(g, n->param[0]) / O;
+    float *w = cl_graph_param(g, n->param[0]);
+    float *ws = cl_graph_quant_wscale(g, i);
+    for (int o = 0; o < O; o++) {
+        float m = 0.0f;
+        for (int64_t e = 0; e < per; e++)
+            m = fmaxf(m, fabsf(w[o * per + e]));
+        ws[o] = m > 0.0f ? m / 63.0f : 1.0f;
+        for (int64_t e = 0; e < per; e++)
+            w[o * per + e] = rintf(w[o * per + e] / ws[o]) * ws[o];
+    }
+}
+
 /* Plans g at f32 and at int8, runs x through both and holds the int8
  * logits to the f32 ones within tol (max |a - b| / max |b|); returns the
  * error, and the share of samples whose top-1 agree in *agree. */
@@ -246,7 +266,8 @@ typedef cl_status (*build_fn)(cl_graph *g);
 
 /* The exact case: every conv reading the input int8, the input filled
  * with multiples of its scale (signed or not). */
-static void exact_case(build_fn build, int is_signed, const char *what)
+static void exact_case_bits(build_fn build, int is_signed, int bits,
+                            const char *what)
 {
     cl_graph g;
     REQUIRE_OK(cl_graph_init(&g, BATCH));
@@ -261,7 +282,10 @@ static void exact_case(build_fn build, int is_signed, const char *what)
             g.nodes[i].in[0] == g.input) {
             if (g.nodes[i].op == CL_OP_CONV2D)
                 fold(&g, i);
-            quantize_weights(&g, i);
+            if (bits == 7)
+                quantize_weights7(&g, i);
+            else
+                quantize_weights(&g, i);
             CHECK(cl_graph_quant_node(&g, i));
         }
     size_t nx = (size_t)cl_graph_numel(&g, g.input);
@@ -277,6 +301,19 @@ static void exact_case(build_fn build, int is_signed, const char *what)
     int8_against_f32(&g, x, 2e-5, NULL, what);
     cl_free(x);
     cl_graph_free(&g);
+}
+
+static void exact_case(build_fn build, int is_signed, const char *what)
+{
+    exact_case_bits(build, is_signed, 8, what);
+}
+
+/* 7-bit weights (odd ones too) run as written, not halved again. */
+CL_TEST(seven_bit_weights_exact)
+{
+    exact_case_bits(build_bn_relu, 0, 7, "7-bit weights, conv + BN + ReLU, u8");
+    exact_case_bits(build_residual, 0, 7, "7-bit weights, residual, u8");
+    exact_case_bits(build_tokens, 1, 7, "7-bit weights, linear + GELU, s8");
 }
 
 CL_TEST(conv_bn_relu_exact)

@@ -10,7 +10,8 @@
  * and writes weight gradients in f32 straight to the grad arena; BN keeps
  * its statistics and parameters in f32 (bn.c). */
 
-#include <stdlib.h>
+#include <math.h>
+
 #include "backend/onednn/internal.h"
 #include "core/mem.h"
 
@@ -95,7 +96,8 @@ fail:
  * others saturate (measured: tests/test_int8.c fails on its convolutions
  * of u8 inputs and its inner products of s8 ones).  For those the weights
  * are quantized at 7 bits here, 2 s_w per step, and the output scales
- * take the 2 back. */
+ * take the 2 back, unless they are within 7 bits already (a file written
+ * with --weight_bits 7), which then run exactly as written. */
 int cl_dnnl_q8_node(const dn_ctx *d, int i)
 {
     return d->mode == CL_PLAN_INFER && d->be->opts.int8 &&
@@ -153,6 +155,33 @@ fail:
     return st;
 }
 
+/* The largest |q| of node i's weights at 8 bits, BN folded as the plan
+ * folds it: 63 or less (a file quantized with 7-bit weights, `classic
+ * quantize --weight_bits 7`) cannot saturate, 2 x 255 x 63 < 2^15. */
+static float q8_wmax(const dn_ctx *d, int i)
+{
+    const cl_graph *g = d->g;
+    const cl_node *n = &g->nodes[i];
+    const dn_weighted *x = &d->nd[i].u.w;
+    const int O = q8_channels(n);
+    const float *ws = cl_graph_quant_wscale(g, i);
+    const float *w = cl_graph_param((cl_graph *)g, n->param[0]);
+    const int64_t per = cl_graph_numel(g, n->param[0]) / O;
+    float m = 0.0f;
+    for (int o = 0; o < O; o++) {
+        float k = 1.0f;
+        if (n->op == CL_OP_CONV2D && x->bn >= 0) {
+            const cl_node *b = &g->nodes[x->bn];
+            k = cl_graph_param((cl_graph *)g, b->param[0])[o] /
+                sqrtf(cl_graph_buffer((cl_graph *)g, b->buf[1])[o] +
+                      b->attr.batchnorm2d.eps);
+        }
+        for (int64_t j = 0; j < per; j++)
+            m = fmaxf(m, fabsf(w[o * per + j] * k) / ws[o]);
+    }
+    return m;
+}
+
 cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
                                    dnnl_primitive_attr_t attr)
 {
@@ -166,7 +195,8 @@ cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
     DN(dnnl_primitive_desc_create(&pd, desc, attr, d->eng, NULL), i,
        "int8 primitive");
     dnnl_memory_desc_t w = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
-    if (!(w.extra.flags & dnnl_memory_extra_flag_scale_adjust)) {
+    if (!(w.extra.flags & dnnl_memory_extra_flag_scale_adjust) &&
+        q8_wmax(d, i) > 63.5f) {
         d->nd[i].u.w.wmul = 2.0f;
         TRY_GOTO(set_scales(d, i, attr));
     }
