@@ -11,8 +11,10 @@
  * its statistics and parameters in f32 (bn.c). */
 
 #include <math.h>
+#include <string.h>
 
 #include "backend/onednn/internal.h"
+#include "backend/onednn_info.h"
 #include "core/mem.h"
 
 /* The value of tensor x in type dt for node i: x's own store when it has
@@ -204,6 +206,21 @@ fail:
     if (pd)
         dnnl_primitive_desc_destroy(pd);
     return st;
+}
+
+cl_status cl_dnnl_q8_check_impl(const dn_ctx *d, int i,
+                                const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) !=
+            dnnl_success ||
+        !impl || strncmp(impl, "ref", 3) != 0)
+        return CL_OK;
+    return cl_error(CL_ERR_UNSUPPORTED,
+                    "%s: oneDNN has no int8 kernel for this layer at %s "
+                    "(only its reference loops, %s, far slower than f32); "
+                    "run this model at precision f32",
+                    d->g->nodes[i].name, cl_dnnl_isa_name(), impl);
 }
 
 /* The bias of int8 step s's node over its output scales: a conv's folded

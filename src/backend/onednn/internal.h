@@ -589,6 +589,10 @@ int cl_dnnl_q8_node(const dn_ctx *d, int i);
  * dimension 1), and decides the node's weight step (amp.c). */
 cl_status cl_dnnl_q8_output_scales(dn_ctx *d, int i, const_dnnl_op_desc_t desc,
                                    dnnl_primitive_attr_t attr);
+/* CL_ERR_UNSUPPORTED naming node i when the int8 primitive pd is one of
+ * oneDNN's reference implementations: never a silent slow path. */
+cl_status cl_dnnl_q8_check_impl(const dn_ctx *d, int i,
+                                const_dnnl_primitive_desc_t pd);
 /* Whether every reader of tensor t runs int8 in this plan and reads it as
  * its input 0, so that its producer may write it quantized. */
 int cl_dnnl_q8_readers_only(const dn_ctx *d, int t);

@@ -96,6 +96,8 @@ cl_status cl_dnnl_linear_fwd(dn_ctx *d, int i)
         d, i, q8 ? "int8 inner product forward" : "inner product forward", &ipd,
         attr, NULL, &pd, &prim));
     d->nd[i].fwd_pd = pd;
+    if (q8)
+        TRY_GOTO(cl_dnnl_q8_check_impl(d, i, pd));
     x->w_md = cl_dnnl_qmd(pd, dnnl_query_weights_md, 0);
     float *w = cl_graph_param(g, n->param[0]);
     if (q8)
