@@ -232,7 +232,7 @@ CL_TEST(scheme_thresholds_by_method)
     for (int m = 0; m < 3; m++) {
         cl_graph g;
         REQUIRE_OK(build_line(&g));
-        cl_quant_opts o = {(cl_quant_method)m, 99.99};
+        cl_quant_opts o = {.method = (cl_quant_method)m, .percentile = 99.99};
         REQUIRE_OK(cl__quant_calibrate_on(&g, "ref", batches, 1, &o, 0));
         CHECK(g.quant->act_signed[g.input] == 1);
         t[m] = g.quant->act_scale[g.input] * 127.0;
@@ -275,7 +275,7 @@ static void calib_parity(const char *arch, const char *stem)
     for (size_t i = 0; i < n; i++)
         x[i] = wave(i, 5) + 0.3f * wave(i * 7, 11);
     const float *b[1] = {x};
-    cl_quant_opts o = {CL_QUANT_PERCENTILE, 99.9};
+    cl_quant_opts o = {.method = CL_QUANT_PERCENTILE, .percentile = 99.9};
     REQUIRE_OK(cl__quant_calibrate_on(&gr, "ref", b, 1, &o, 0));
     REQUIRE_OK(cl__quant_calibrate_on(&go, "onednn", b, 1, &o, 0));
     int tensors = 0, differ = 0, int8 = 0;
@@ -638,6 +638,49 @@ static void refused(const char *args, const char *words)
         CHECK(!"the message lacks the words");
     printf("%s -> %s", words, cl_test_out);
     CHECK(!left_behind(cl_test_tmpdir(), "out.st"));
+}
+
+/* --weight_bits 7: every I8 weight within [-63, 63] (what CPUs without
+ * VNNI sum without saturating), said in the metadata; other widths
+ * refused. */
+CL_TEST(cli_seven_bit_weights)
+{
+    const char *ck = tiny_checkpoint();
+    REQUIRE(ck != NULL);
+    char args[4096];
+    const char *q = cl_test_path("q7.safetensors");
+    snprintf(args, sizeof args,
+             "quantize --checkpoint %s --calib %s --samples 8 --batch_size 4 "
+             "--weight_bits 7 --out %s",
+             ck, cl_test_path("folder"), q);
+    REQUIRE(cl_test_classic(args) == 0);
+    cl_st_file *f = NULL;
+    REQUIRE_OK(cl_st_open(&f, q));
+    const char *wm = cl_st_metadata(f, CL_QUANT_META_WEIGHTS);
+    CHECK(wm && strstr(wm, "at 7 bits") != NULL);
+    int i8 = 0, widest = 0;
+    for (size_t i = 0; i < cl_st_count(f); i++) {
+        cl_st_dtype dt;
+        cl_st_info(f, i, &dt, NULL);
+        if (dt != CL_ST_I8)
+            continue;
+        size_t nb = 0;
+        const signed char *v = (const signed char *)cl_st_data(f, i, &nb);
+        for (size_t k = 0; k < nb; k++)
+            widest = abs(v[k]) > widest ? abs(v[k]) : widest;
+        i8++;
+    }
+    cl_st_close(f);
+    printf("%d I8 weights, widest |q| %d\n", i8, widest);
+    CHECK(i8 == 19 && widest == 63);
+    snprintf(args, sizeof args, "eval --checkpoint %s", q);
+    CHECK(cl_test_classic(args) == 0);
+    snprintf(args, sizeof args,
+             "quantize --checkpoint %s --calib %s --weight_bits 6 --out %s", ck,
+             cl_test_path("folder"), cl_test_path("q6.safetensors"));
+    CHECK(cl_test_classic(args) == 2);
+    CHECK(strstr(cl_test_out, "--weight_bits") != NULL);
+    CHECK(access(cl_test_path("q6.safetensors"), F_OK) != 0);
 }
 
 CL_TEST(cli_bad_calibration_input)

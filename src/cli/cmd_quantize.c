@@ -15,8 +15,9 @@ static void usage(void)
         "Q.safetensors\n"
         "                        [--samples 512] [--method "
         "minmax|percentile|entropy]\n"
-        "                        [--percentile 99.99] [--batch_size 16] "
-        "[--threads N]\n\n"
+        "                        [--percentile 99.99] [--weight_bits 8|7] "
+        "[--batch_size 16]\n"
+        "                        [--threads N]\n\n"
         "Quantizes a classic checkpoint to int8: BN folded into the convs, "
         "weights\ns8 with a scale per output channel, each int8 layer's "
         "input scale from\nthe first --samples images of DATA read through "
@@ -25,14 +26,18 @@ static void usage(void)
         "folder, an ImageFolder) or a folder of\nimages.  --method chooses "
         "each activation's range: minmax (the largest\n|x|), percentile "
         "(the --percentile of |x|, the default) or entropy\n(TensorRT's KL "
-        "divergence).  The first conv and the classifier stay f32.\nThe "
+        "divergence).  --weight_bits 7 keeps the weights in [-63, 63], "
+        "which CPUs\nwithout VNNI sum without saturating (classic there "
+        "then computes as\nONNX Runtime does on the exported file; 8 bits "
+        "run at 7 there anyway).\nThe first conv and the classifier stay "
+        "f32.\nThe "
         "file opens wherever a checkpoint does, at int8 by default "
         "(--precision\nf32 runs its dequantized weights); docs/deploy.md.\n");
 }
 
-static const char *const own[] = {"--checkpoint", "--calib",   "--out",
-                                  "--samples",    "--method",  "--percentile",
-                                  "--batch_size", "--threads", NULL};
+static const char *const own[] = {
+    "--checkpoint", "--calib",      "--out",     "--samples",     "--method",
+    "--percentile", "--batch_size", "--threads", "--weight_bits", NULL};
 
 /* Option opt's integer value in [lo, hi] (def when absent); -1 after a
  * message when it is not one. */
@@ -80,7 +85,8 @@ int cl_cmd_quantize(int argc, char **argv)
     }
     if (int_option(argc, argv, "--samples", 512, 1, 1 << 24, &o.samples) ||
         int_option(argc, argv, "--batch_size", 16, 1, 4096, &o.batch) ||
-        int_option(argc, argv, "--threads", 0, 0, 1024, &o.threads))
+        int_option(argc, argv, "--threads", 0, 0, 1024, &o.threads) ||
+        int_option(argc, argv, "--weight_bits", 8, 7, 8, &o.q.weight_bits))
         return 2;
     const char *method = cl_cli_option(argc, argv, "--method");
     o.q.method = CL_QUANT_PERCENTILE;

@@ -339,18 +339,20 @@ static cl_status fold_bn(cl_graph *g, int i, int b)
     return CL_OK;
 }
 
-/* s8 per output channel: s = max |w_o| / 127 (1 for a zero channel), the
- * weights replaced by q * s, q = round-half-even(w / s) in [-127, 127]. */
-static void quantize_weights(float *w, size_t out, size_t per, float *scale)
+/* s8 per output channel: s = max |w_o| / qmax (1 for a zero channel), the
+ * weights replaced by q * s, q = round-half-even(w / s) in [-qmax, qmax]
+ * (qmax 127, or 63 for 7-bit weights). */
+static void quantize_weights(float *w, size_t out, size_t per, float *scale,
+                             float qmax)
 {
     for (size_t o = 0; o < out; o++) {
         float *r = w + o * per, m = 0.0f;
         for (size_t j = 0; j < per; j++)
             m = fmaxf(m, fabsf(r[j]));
-        float s = m > 0.0f ? m / 127.0f : 1.0f;
+        float s = m > 0.0f ? m / qmax : 1.0f;
         for (size_t j = 0; j < per; j++) {
             float q = rintf(r[j] / s);
-            q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+            q = q > qmax ? qmax : q < -qmax ? -qmax : q;
             /* + 0: a -0 would not survive the file (an I8 has no -0). */
             r[j] = (q + 0.0f) * s;
         }
@@ -385,7 +387,8 @@ cl_status cl_quant_calib_apply(const cl_quant_calib *c, cl_graph *g)
         size_t out = (size_t)g->tensors[n->param[0]].shape.d[0];
         size_t per = (size_t)cl_graph_numel(g, n->param[0]) / out;
         quantize_weights(cl_graph_param(g, n->param[0]), out, per,
-                         cl_graph_quant_wscale(g, i));
+                         cl_graph_quant_wscale(g, i),
+                         c->o.weight_bits == 7 ? 63.0f : 127.0f);
     }
     /* On failure g's weights may be half folded: the caller drops g. */
     return s;
@@ -428,7 +431,7 @@ cl_status cl__quant_calibrate_on(cl_graph *g, const char *backend,
                                  const float *const *x, int n_batches,
                                  const cl_quant_opts *o, int threads)
 {
-    cl_quant_opts mm = {CL_QUANT_MINMAX, 0.0};
+    cl_quant_opts mm = {CL_QUANT_MINMAX, 0.0, 8};
     cl_quant_calib *c = NULL;
     cl_backend *be = NULL;
     int32_t *labels = NULL;
@@ -812,7 +815,10 @@ static cl_status write_file(const cl_quantize_opts *o, const cl_graph *g,
         {CL_QUANT_META_SAMPLES, nsamp},
         {CL_QUANT_META_SOURCE, src},
         {CL_QUANT_META_CALIB, calib},
-        {CL_QUANT_META_WEIGHTS, "s8 per output channel, BN folded"}};
+        {CL_QUANT_META_WEIGHTS, o->q.weight_bits == 7
+                                    ? "s8 per output channel at 7 bits "
+                                      "([-63, 63]), BN folded"
+                                    : "s8 per output channel, BN folded"}};
     for (int e = 0; e < EXTRA; e++) {
         keys[k] = extra[e][0];
         vals[k++] = extra[e][1];

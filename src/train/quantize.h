@@ -23,6 +23,11 @@ const char *cl_quant_method_name(cl_quant_method m);
 typedef struct cl_quant_opts {
     cl_quant_method method;
     double percentile; /* (0, 100], percentile's p; 0: 99.99 */
+    /* 8 (0 too): s8 weights in [-127, 127]; 7: in [-63, 63] (s = max |w|
+     * / 63), the range CPUs without VNNI sum without saturating, so that
+     * classic there and ONNX Runtime on the QDQ export compute the same
+     * (ONNX Runtime's reduce_range); docs/deploy.md. */
+    int weight_bits;
 } cl_quant_opts;
 
 /* The histogram of |x| each calibrated tensor gets (over [0, max |x|]). */
