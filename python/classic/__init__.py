@@ -237,9 +237,11 @@ def _pixels(a):
 class Model:
     """A checkpoint opened for inference (any format classic reads).
 
-    precision is "f32" (None) or "bf16", fixed for the model's life and
-    refused with one sentence where the CPU lacks bf16 dot products
-    (docs/deploy.md); .precision says which runs.
+    precision is "f32", "bf16" or "int8", fixed for the model's life; None
+    is the model's own (int8 for a file `classic quantize` wrote, f32
+    otherwise).  bf16 is refused with one sentence where the CPU lacks bf16
+    dot products, int8 on f32 weights (docs/deploy.md); .precision says
+    which runs.
     """
 
     def __init__(self, path, arch=None, backend=None, precision=None):
@@ -433,7 +435,8 @@ def evaluate(path, split=None, batch=100, arch=None, backend=None,
     (names) and confusion ((K, K) int64, row = true class).  features=True
     adds "features" ((N, D) float32, the split's order) and "labels" (N);
     gallery="g.safetensors" also saves them as `classic retrieve`'s gallery.
-    precision is "f32" (None) or "bf16", as Model's.
+    precision is "f32", "bf16" or "int8" (None: the model's own), as
+    Model's.
     """
     kv = [("%s=%s" % (k, _yaml_value(v))).encode()
           for k, v in overrides.items()]
