@@ -675,6 +675,16 @@ CL_TEST(cli_seven_bit_weights)
     CHECK(i8 == 19 && widest == 63);
     snprintf(args, sizeof args, "eval --checkpoint %s", q);
     CHECK(cl_test_classic(args) == 0);
+    /* An int8 file is no start for training: its BNs are folded away. */
+    snprintf(args, sizeof args,
+             "train --dataset imagefolder --data_dir %s --model resnet18 "
+             "--image_size 32 --batch_size 4 --epoch_size 1 --val_split val "
+             "--num_parallel_workers 0 --pretrained %s --ckpt_save_dir %s "
+             "--log_level error",
+             cl_test_path("folder"), q, cl_test_path("from-int8"));
+    CHECK(cl_test_classic(args) != 0);
+    CHECK(strstr(cl_test_out, "is an int8 model for inference") != NULL &&
+          strstr(cl_test_out, ck) != NULL);
     snprintf(args, sizeof args,
              "quantize --checkpoint %s --calib %s --weight_bits 6 --out %s", ck,
              cl_test_path("folder"), cl_test_path("q6.safetensors"));

@@ -184,6 +184,10 @@ typedef struct cl_weights {
 } cl_weights;
 
 cl_status cl_weights_open(cl_weights *w, const char *path);
+/* CL_ERR_ARG in one sentence when w (opened from path) cannot start a
+ * training run (an int8 file: its BNs folded, its weights rounded),
+ * naming the checkpoint it was quantized from. */
+cl_status cl_weights_for_training(const cl_weights *w, const char *path);
 void cl_weights_close(cl_weights *w);
 
 /* The torchvision network the tensors fit.  A ResNet: depth from the

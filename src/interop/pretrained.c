@@ -21,6 +21,10 @@ cl_status cl_interop_load_pretrained(const char *path, cl_graph *g,
         memset(&rep, 0, sizeof rep);
         if ((s = cl_weights_open(&w, path)) != CL_OK)
             return s;
+        if ((s = cl_weights_for_training(&w, path)) != CL_OK) {
+            cl_weights_close(&w);
+            return s;
+        }
         s = cl_ckpt_load_source(&w.src, g, mode, &rep);
         if (s == CL_OK && note)
             snprintf(note, note_n, "%s: %d tensors loaded (%s%s%s)%s%s", path,

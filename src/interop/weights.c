@@ -136,6 +136,19 @@ cl_status cl_weights_open(cl_weights *w, const char *path)
     return CL_OK;
 }
 
+cl_status cl_weights_for_training(const cl_weights *w, const char *path)
+{
+    if (!w->q)
+        return CL_OK;
+    /* Its BNs are folded away and its weights rounded to 8 bits: training
+     * from it would start from neither. */
+    const char *src = cl_st_metadata(w->st, CL_QUANT_META_SOURCE);
+    return cl_error(CL_ERR_ARG,
+                    "%s is an int8 model for inference (classic quantize); "
+                    "start from the checkpoint it was quantized from%s%s",
+                    path, src ? ": " : "", src ? src : "");
+}
+
 void cl_weights_close(cl_weights *w)
 {
     cl_qfile_close(w->q);

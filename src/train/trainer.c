@@ -254,6 +254,8 @@ static cl_status load_pretrained(cl_run *r, int k)
     cl_ckpt_load_report rep;
     cl_weights w;
     cl_status s = cl_weights_open(&w, c->pretrained);
+    if (s == CL_OK)
+        s = cl_weights_for_training(&w, c->pretrained);
     /* A checkpoint with an EMA gives it (the model it ships) unless
      * load_ema is off; its averaging counters stay behind. */
     w.src.pick = c->load_ema ? CL_CKPT_PICK_EMA : CL_CKPT_PICK_RAW;
