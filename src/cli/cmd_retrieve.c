@@ -15,8 +15,8 @@
 static void usage(void)
 {
     printf("usage: classic retrieve --gallery FEATURES [--top K] [--json]\n"
-           "                        [--checkpoint FILE] [--arch ARCH] "
-           "[--precision f32|bf16|int8]\n"
+           "                        [--checkpoint FILE] [--arch ARCH]\n"
+           "                        [--precision f32|bf16|int8]\n"
            "                        IMAGE...\n"
            "       classic retrieve --gallery FEATURES --queries FEATURES\n"
            "                        [--recall 1,5] [--top K] [--json]\n\n"

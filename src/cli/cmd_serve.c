@@ -17,26 +17,24 @@ static void usage(void)
 {
     printf(
         "usage: classic serve --model NAME=CHECKPOINT [--model NAME2=...]\n"
-        "                     [--precision f32|bf16|int8] [--host 127.0.0.1] "
-        "[--port 8080]\n"
-        "                     [--max_batch 16] [--batching measured|max] "
-        "[--max_delay_ms 5]\n"
-        "                     [--queue 256] "
-        "                     [--token_file F | --no_auth] "
-        "[--max_body_mb 20]\n"
+        "                     [--precision f32|bf16|int8] [--host 127.0.0.1]\n"
+        "                     [--port 8080] [--max_batch 16] "
+        "[--batching measured|max]\n"
+        "                     [--max_delay_ms 5] [--queue 256]\n"
+        "                     [--token_file F | --no_auth] [--max_body_mb 20]\n"
         "                     [--max_pixels 40000000] "
-        "[--max_connections 256] [--timeout_s 10]\n\n"
+        "[--max_connections 256]\n"
+        "                     [--timeout_s 10]\n\n"
         "Serves the models over HTTP: the Open Inference Protocol "
         "(/v2/...),\nPOST /v1/models/NAME:classify with an image, a page at "
         "/ and Prometheus\nmetrics at /metrics.  Requests are batched per "
         "model: up to the largest batch\nof at most max_batch that costs "
         "less per image than smaller ones (timed\nwhen the model opens, "
         "logged at start; --batching max: up to max_batch always),\nor fewer "
-        "once the oldest waited max_delay_ms.  "
-        "Another host than 127.0.0.1 needs --token_file"
-        "\n(Bearer) or --no_auth.  SIGHUP reloads the checkpoints,\nSIGTERM "
-        "and SIGINT finish the requests in flight and exit.  Port 0 picks a\n"
-        "free port.  docs/serve.md.\n");
+        "once the oldest waited max_delay_ms.  Another host than 127.0.0.1\n"
+        "needs --token_file (Bearer) or --no_auth.  SIGHUP reloads the "
+        "checkpoints,\nSIGTERM and SIGINT finish the requests in flight and "
+        "exit.  Port 0 picks a\nfree port.  docs/serve.md.\n");
 }
 
 /* A whole decimal integer in [lo, hi] from text, else 0 after a message. */
