@@ -148,7 +148,12 @@ CL_TEST(bench_int8_against_the_int8_peak)
     CHECK(atof(m + strlen("bench: mode=infer img_s=")) > 0);
     const char *f = strstr(m, " mfu=");
     REQUIRE(f != NULL);
-    CHECK(atof(f + 5) > 0 && atof(f + 5) <= 100);
+    /* A share of the peak measured in the same run; a peak loop slowed by
+     * other work (ctest runs tests side by side) can put it above 100%,
+     * which bench then says instead of hiding. */
+    CHECK(atof(f + 5) > 0);
+    if (atof(f + 5) > 100)
+        CHECK(strstr(cl_test_out, "above the peak") != NULL);
     /* Inference's switch only. */
     CHECK(cl_test_classic("bench --mode train --precision int8") != 0);
     CHECK(strstr(cl_test_out, "--precision is inference's switch") != NULL);
