@@ -167,45 +167,29 @@ static void fold(cl_graph *g, int i)
     bn_identity(g, j);
 }
 
-/* Conv or linear i's weights as s_w q with q even in [-126, 126] (exact
- * at 7 bits), s_w per output channel from max |w|, recorded in g->quant. */
-static void quantize_weights(cl_graph *g, int i)
+/* Conv or linear i's weights as s_w q, s_w per output channel from max
+ * |w|, recorded in g->quant.  bits 8: q even in [-126, 126], exact at 7
+ * bits too, so that the 7-bit weights oneDNN uses below VNNI lose
+ * nothing; bits 7: any q in [-63, 63], odd ones too, which no kernel may
+ * halve and no u8 x s8 pair can saturate. */
+static void quantize_weights(cl_graph *g, int i, int bits)
 {
     const cl_node *n = &g->nodes[i];
     const int O = n->op == CL_OP_CONV2D ? n->attr.conv2d.out_ch
                                         : n->attr.linear.out_features;
     const int64_t per = cl_graph_numel(g, n->param[0]) / O;
+    const float qmax = bits == 7 ? 63.0f : 126.0f, step = bits == 7 ? 1 : 2;
     float *w = cl_graph_param(g, n->param[0]);
     float *ws = cl_graph_quant_wscale(g, i);
     for (int o = 0; o < O; o++) {
         float m = 0.0f;
         for (int64_t e = 0; e < per; e++)
             m = fmaxf(m, fabsf(w[o * per + e]));
-        ws[o] = m > 0.0f ? m / 126.0f : 1.0f;
+        ws[o] = m > 0.0f ? m / qmax : 1.0f;
         for (int64_t e = 0; e < per; e++) {
-            float q = 2.0f * rintf(w[o * per + e] / (2.0f * ws[o]));
+            float q = step * rintf(w[o * per + e] / (step * ws[o]));
             w[o * per + e] = q * ws[o];
         }
-    }
-}
-
-/* The same at 7 bits: any q in [-63, 63], odd ones too, which no kernel
- * may halve, and no u8 x s8 pair can saturate. */
-static void quantize_weights7(cl_graph *g, int i)
-{
-    const cl_node *n = &g->nodes[i];
-    const int O = n->op == CL_OP_CONV2D ? n->attr.conv2d.out_ch
-                                        : n->attr.linear.out_features;
-    const int64_t per = cl_graph_numel(g, n->param[0]) / O;
-    float *w = cl_graph_param(g, n->param[0]);
-    float *ws = cl_graph_quant_wscale(g, i);
-    for (int o = 0; o < O; o++) {
-        float m = 0.0f;
-        for (int64_t e = 0; e < per; e++)
-            m = fmaxf(m, fabsf(w[o * per + e]));
-        ws[o] = m > 0.0f ? m / 63.0f : 1.0f;
-        for (int64_t e = 0; e < per; e++)
-            w[o * per + e] = rintf(w[o * per + e] / ws[o]) * ws[o];
     }
 }
 
@@ -282,10 +266,7 @@ static void exact_case_bits(build_fn build, int is_signed, int bits,
             g.nodes[i].in[0] == g.input) {
             if (g.nodes[i].op == CL_OP_CONV2D)
                 fold(&g, i);
-            if (bits == 7)
-                quantize_weights7(&g, i);
-            else
-                quantize_weights(&g, i);
+            quantize_weights(&g, i, bits);
             CHECK(cl_graph_quant_node(&g, i));
         }
     size_t nx = (size_t)cl_graph_numel(&g, g.input);
@@ -415,7 +396,7 @@ static void calibrated(int depth, int stem, int side, int n_convs,
             if (first < 0)
                 first = i;
             else
-                quantize_weights(&g, i);
+                quantize_weights(&g, i, 8);
         }
     size_t nx = (size_t)cl_graph_numel(&g, g.input);
     float *x = cl_alloc(nx * sizeof *x, "x");
