@@ -157,6 +157,14 @@ fail:
     return st;
 }
 
+float cl_dnnl_bn_fold_factor(const cl_graph *g, int bn, int o)
+{
+    const cl_node *b = &g->nodes[bn];
+    return cl_graph_param((cl_graph *)g, b->param[0])[o] /
+           sqrtf(cl_graph_buffer((cl_graph *)g, b->buf[1])[o] +
+                 b->attr.batchnorm2d.eps);
+}
+
 /* The largest |q| of node i's weights at 8 bits, BN folded as the plan
  * folds it: 63 or less (a file quantized with 7-bit weights, `classic
  * quantize --weight_bits 7`) cannot saturate, 2 x 255 x 63 < 2^15. */
@@ -171,13 +179,9 @@ static float q8_wmax(const dn_ctx *d, int i)
     const int64_t per = cl_graph_numel(g, n->param[0]) / O;
     float m = 0.0f;
     for (int o = 0; o < O; o++) {
-        float k = 1.0f;
-        if (n->op == CL_OP_CONV2D && x->bn >= 0) {
-            const cl_node *b = &g->nodes[x->bn];
-            k = cl_graph_param((cl_graph *)g, b->param[0])[o] /
-                sqrtf(cl_graph_buffer((cl_graph *)g, b->buf[1])[o] +
-                      b->attr.batchnorm2d.eps);
-        }
+        const float k = n->op == CL_OP_CONV2D && x->bn >= 0
+                            ? cl_dnnl_bn_fold_factor(g, x->bn, o)
+                            : 1.0f;
         for (int64_t j = 0; j < per; j++)
             m = fmaxf(m, fabsf(w[o * per + j] * k) / ws[o]);
     }

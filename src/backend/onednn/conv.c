@@ -50,19 +50,17 @@ static cl_status fold_bn(dn_ctx *d, const dn_step *s)
 {
     cl_graph *g = d->g;
     const cl_node *n = &g->nodes[s->node];
-    const cl_node *b = &g->nodes[d->nd[s->node].u.w.bn];
+    const int bn = d->nd[s->node].u.w.bn;
+    const cl_node *b = &g->nodes[bn];
     const cl_conv2d_attr *a = &n->attr.conv2d;
     const float *w = cl_graph_param(g, n->param[0]);
     const float *bias = a->has_bias ? cl_graph_param(g, n->param[1]) : NULL;
-    const float *gamma = cl_graph_param(g, b->param[0]);
     const float *beta = cl_graph_param(g, b->param[1]);
     const float *rm = cl_graph_buffer(g, b->buf[0]);
-    const float *rv = cl_graph_buffer(g, b->buf[1]);
-    const float eps = b->attr.batchnorm2d.eps;
     size_t per = (size_t)cl_graph_numel(g, n->param[0]) / (size_t)a->out_ch;
     float *fw = d->fold, *fb = d->nd[s->node].u.w.bias;
     for (int o = 0; o < a->out_ch; o++) {
-        float k = gamma[o] / sqrtf(rv[o] + eps);
+        float k = cl_dnnl_bn_fold_factor(g, bn, o);
         for (size_t j = 0; j < per; j++)
             fw[(size_t)o * per + j] = w[(size_t)o * per + j] * k;
         fb[o] = beta[o] + ((bias ? bias[o] : 0.0f) - rm[o]) * k;

@@ -582,6 +582,9 @@ cl_status cl_dnnl_value_as(dn_ctx *d, int i, int x, dnnl_data_type_t dt,
  * reader that wants the same md. */
 cl_status cl_dnnl_value_q8(dn_ctx *d, int i, int x,
                            const dnnl_memory_desc_t *want, int *store);
+/* gamma / sqrt(var + eps) of channel o of BN node bn: the factor folding
+ * multiplies a conv's weights by, in f32 as every fold computes it. */
+float cl_dnnl_bn_fold_factor(const cl_graph *g, int bn, int o);
 /* Whether node i (conv or linear) runs int8 in this plan (amp.c says how). */
 int cl_dnnl_q8_node(const dn_ctx *d, int i);
 /* Sets attr (its post-ops set) to the output scales of int8 node i, the
