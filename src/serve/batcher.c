@@ -176,7 +176,7 @@ static struct timespec deadline_at(double t)
 static void *worker(void *arg)
 {
     cl_serve_model *m = arg;
-    cl_serve_item **batch = calloc((size_t)m->max_batch, sizeof *batch);
+    cl_serve_item **batch = m->batch;
     pthread_mutex_lock(&m->mu);
     for (;;) {
         while (!m->head && !m->stopping)
@@ -206,15 +206,10 @@ static void *worker(void *arg)
             m->tail = NULL;
         m->depth -= n;
         pthread_mutex_unlock(&m->mu);
-        if (batch)
-            run_batch(m, batch, n);
-        else
-            for (int i = 0; i < n; i++)
-                answer(batch[i], CL_ERR_NOMEM);
+        run_batch(m, batch, n);
         pthread_mutex_lock(&m->mu);
     }
     pthread_mutex_unlock(&m->mu);
-    free(batch);
     return NULL;
 }
 
@@ -227,7 +222,10 @@ cl_status cl_serve_model_start(cl_serve_model *m)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&m->mu, NULL);
     CL_TRY(cl_serve_gen_open(m, &m->gen));
-    if (pthread_create(&m->worker, NULL, worker, m) != 0) {
+    m->batch = calloc((size_t)m->max_batch, sizeof *m->batch);
+    if (!m->batch || pthread_create(&m->worker, NULL, worker, m) != 0) {
+        free(m->batch);
+        m->batch = NULL;
         gen_free(m->gen);
         m->gen = NULL;
         return cl_error(CL_ERR_NOMEM, "model %s: cannot start its thread",
@@ -258,6 +256,8 @@ void cl_serve_model_stop(cl_serve_model *m)
     if (m->gen)
         cl_serve_gen_put(m, m->gen);
     m->gen = NULL;
+    free(m->batch);
+    m->batch = NULL;
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
 }

@@ -67,6 +67,7 @@ typedef struct cl_serve_model {
     int flush; /* draining: run what is queued without waiting to fill */
     int started;
     pthread_t worker;
+    cl_serve_item **batch; /* the worker's, max_batch long */
     cl_serve_metrics *metrics;
 } cl_serve_model;
 

@@ -69,6 +69,7 @@ typedef struct req {
     double t0;
     int counted;   /* in the server's in_flight */
     int preparing; /* counted in its model's preparing */
+    int answered;  /* a response is queued: the rest of the body is dropped */
 } req;
 
 /* ------------------------------------------------------------- answers */
@@ -89,6 +90,8 @@ static enum MHD_Result respond(cl_server *sv, struct MHD_Connection *con,
         MHD_add_response_header(res, hdr, hdr_val);
     enum MHD_Result ok = MHD_queue_response(con, (unsigned)code, res);
     MHD_destroy_response(res);
+    if (r && ok == MHD_YES)
+        r->answered = 1;
     /* Latency is an inference request's, not a health probe's. */
     int timed = r && (r->route == R_INFER || r->route == R_CLASSIFY);
     cl_serve_metrics_request(&sv->metrics, r ? r->model : -1, code,
@@ -701,6 +704,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
         r->counted = 1;
         pthread_mutex_unlock(&sv->mu);
         return start_request(sv, con, url, method, r);
+    }
+    /* Answered at its headers (a refusal, or the server draining): the
+     * body that still arrives is dropped, and the request is not routed
+     * again, since its model may be none. */
+    if (r->answered) {
+        *upload_size = 0;
+        return MHD_YES;
     }
     if (*upload_size) {
         /* libmicrohttpd's timeout is one of inactivity: a client trickling
