@@ -83,7 +83,8 @@ CL_TEST(bench_profile)
     CHECK(strstr(cl_test_out, "--profile 'maybe' is not on or off") != NULL);
 }
 
-/* `classic bench --convs` names the conv paths it timed. */
+/* `classic bench --convs` names the conv paths it timed, and the
+ * implementations oneDNN runs them with. */
 CL_TEST(bench_conv_paths)
 {
     CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
@@ -91,9 +92,19 @@ CL_TEST(bench_conv_paths)
                           "--threads 1 --convs direct") == 0);
     CHECK(strstr(cl_test_out, "convs direct") != NULL);
     CHECK(strstr(cl_test_out, "bench: mode=train img_s=") != NULL);
+    CHECK(strstr(cl_test_out, "convs     train: forward ") != NULL);
+    /* measured: the paths and oneDNN's implementations timed at plan
+     * time, and what it chose said. */
+    CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
+                          "--batch 2 --steps 1 --warmup 1 --mode train "
+                          "--threads 1 --convs measured") == 0);
+    CHECK(strstr(cl_test_out, "convs measured") != NULL);
+    CHECK(strstr(cl_test_out, "conv primitives (per shape) another "
+                              "implementation") != NULL);
+    CHECK(strstr(cl_test_out, "convs     train: forward ") != NULL);
     CHECK(cl_test_classic("bench --convs gemm") != 0);
-    CHECK(strstr(cl_test_out, "--convs 'gemm' is not rewrite or direct") !=
-          NULL);
+    CHECK(strstr(cl_test_out,
+                 "--convs 'gemm' is not rewrite, direct or measured") != NULL);
 }
 
 /* The MFU's peak is that of the instructions oneDNN computes with (f32

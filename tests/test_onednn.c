@@ -608,7 +608,7 @@ static void autotune_case(build_fn build, int expect_measured)
     CHECK(rewritten >= 0 && rewritten <= measured);
     const char *paths = cl_dnnl_conv_paths(p.be[1]);
     REQUIRE(paths != NULL);
-    CHECK((int)strlen(paths) == p.g[1].n_nodes);
+    CHECK((int)strlen(paths) == 4 * p.g[1].n_nodes);
     CHECK(cl_dnnl_conv_paths(p.be[0]) == NULL);
     fprintf(stderr, "measured %d, planned the other way %d: paths %s\n",
             measured, rewritten, paths);
@@ -642,6 +642,59 @@ static void autotune_case(build_fn build, int expect_measured)
     CHECK(be2 == NULL);
     cl_graph_free(&g2);
     pair_free(&p);
+}
+
+/* Every conv primitive planned with the k-th of oneDNN's implementations
+ * (the first where it has fewer; autotune picks among them) matches the
+ * reference, forward and backward; the paths of one digit per node that
+ * older state files hold still plan. */
+static void impl_case(build_fn build)
+{
+    cl_graph g0;
+    REQUIRE_OK(cl_graph_init(&g0, 3));
+    REQUIRE_OK(build(&g0, 3));
+    const int n = g0.n_nodes;
+    cl_graph_free(&g0);
+    char *choice = calloc(4 * (size_t)n + 1, 1);
+    REQUIRE(choice != NULL);
+    char first[1024] = "";
+    int differs = 0;
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < n; i++) {
+            choice[4 * i] = '0';
+            memset(choice + 4 * i + 1, '0' + k, 3);
+        }
+        pair p;
+        cl_backend_opts o = {.conv_paths = choice};
+        REQUIRE_OK(pair_make_opts(&p, build, 3, CL_PLAN_TRAIN, 9, &o));
+        char impls[1024];
+        cl_dnnl_conv_impls(p.be[1], impls, sizeof impls);
+        fprintf(stderr, "implementation %d: %s\n", k, impls);
+        CHECK(strstr(impls, "forward ") != NULL);
+        if (k == 0)
+            snprintf(first, sizeof first, "%s", impls);
+        else
+            differs |= strcmp(first, impls) != 0;
+        CHECK(strcmp(cl_dnnl_conv_paths(p.be[1]), choice) == 0);
+        step_and_check(&p, 2e-4);
+        pair_free(&p);
+    }
+    /* Some primitive had a second implementation, and it was planned. */
+    CHECK(differs);
+    memset(choice, '0', (size_t)n);
+    choice[n] = '\0';
+    pair p;
+    cl_backend_opts o = {.conv_paths = choice};
+    REQUIRE_OK(pair_make_opts(&p, build, 3, CL_PLAN_TRAIN, 9, &o));
+    step_and_check(&p, 2e-4);
+    pair_free(&p);
+    free(choice);
+}
+
+CL_TEST(conv_implementations_match_the_reference)
+{
+    impl_case(build_small);
+    impl_case(build_strided_1x1);
 }
 
 CL_TEST(autotune_conv_backward_paths)

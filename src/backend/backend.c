@@ -90,6 +90,11 @@ void cl_backend_tune_counts(const cl_backend *be, int *measured, int *rewritten)
     *rewritten = s.tune_rewritten;
 }
 
+int cl_backend_tune_impls(const cl_backend *be)
+{
+    return plan_stats(be).tune_impls;
+}
+
 unsigned cl_backend_fallback_ops(const cl_backend *be)
 {
     return plan_stats(be).fallback_ops;

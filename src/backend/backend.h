@@ -63,7 +63,10 @@ typedef struct cl_backend_opts {
     /* oneDNN, training plans: 1 measures, per conv shape, both ways of
      * computing each conv's backward where the other way applies (the
      * rewrites above against oneDNN's primitives) and plans the faster
-     * one.  Costs two extra plans and a few steps at plan time. */
+     * one, then times each of oneDNN's implementations of every conv
+     * primitive (per shape, forward, weight and data gradients) and plans
+     * the fastest.  Costs a few extra plans and a few steps each at plan
+     * time. */
     int autotune;
     /* oneDNN: the choices of an earlier plan of the same graph
      * (cl_dnnl_conv_paths), so that a resumed run computes exactly what
@@ -89,15 +92,18 @@ _Static_assert(CL_OP_COUNT <= sizeof(unsigned) * CHAR_BIT,
  * through cl_backend_conv_paths, cl_backend_tune_counts and
  * cl_backend_fallback_ops). */
 typedef struct cl_backend_stats {
-    /* Each conv's backward, one character per node, owned by the backend
-     * (cl_backend_opts.conv_paths takes it back); NULL where there is no
-     * choice to make. */
+    /* Each conv's backward path and its primitives' implementations, four
+     * characters per node, owned by the backend (cl_backend_opts.conv_paths
+     * takes it back); NULL where there is no choice to make. */
     const char *conv_paths;
     /* With autotune: conv backward passes measured both ways, and of
      * those the ones planned the other way. */
     int tune_measured, tune_rewritten;
     /* Ops whose nodes run the reference fallback (bits 1u << op). */
     unsigned fallback_ops;
+    /* With autotune: conv primitives (per shape and part) planned with
+     * another of oneDNN's implementations than its first choice. */
+    int tune_impls;
 } cl_backend_stats;
 
 typedef struct cl_backend_vtbl {
@@ -171,6 +177,9 @@ void cl_backend_destroy(cl_backend *be);
 const char *cl_backend_conv_paths(const cl_backend *be);
 /* With autotune: conv backward passes measured both ways, and of those
  * the ones planned the other way; 0 and 0 without. */
+/* With autotune: conv primitives (per shape and part) given another of
+ * oneDNN's implementations than its first, measured faster. */
+int cl_backend_tune_impls(const cl_backend *be);
 void cl_backend_tune_counts(const cl_backend *be, int *measured,
                             int *rewritten);
 

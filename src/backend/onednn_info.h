@@ -27,11 +27,18 @@ struct cl_backend;
  * "weight gradient matmul": which path the plan took, for tests and
  * benchmarks to check; -1 for another backend or one without a plan. */
 int cl_dnnl_plan_steps(const struct cl_backend *be, const char *what);
-/* How the plan computes each node's backward: one character per graph
- * node, '0' + 1 if the weight gradient runs as a matmul + 2 if the
- * backward data runs on the stride grid; NULL for another backend.  Owned
- * by be; cl_backend_opts.conv_paths takes it back. */
+/* How the plan computes each node's convolutions: four characters per
+ * graph node, the first '0' + 1 if the weight gradient runs as a matmul
+ * + 2 if the backward data runs on the stride grid, then which of
+ * oneDNN's implementations its forward, weight-gradient and data-gradient
+ * primitives run ('0' oneDNN's first choice, 'k' the k-th of its list
+ * without the reference loops); NULL for another backend.  Owned by be;
+ * cl_backend_opts.conv_paths takes it back. */
 const char *cl_dnnl_conv_paths(const struct cl_backend *be);
+/* The implementations oneDNN runs the plan's conv primitives with, as
+ * "forward jit:avx2 x20, jit_1x1:avx2 x33; weight gradient ..." (the
+ * count of conv nodes each); empty for another backend. */
+void cl_dnnl_conv_impls(const struct cl_backend *be, char *buf, size_t cap);
 /* Plan-time measurement of an autotuned plan: conv backward passes with a
  * second way measured, and of those the ones planned the other way; both
  * 0 when the plan measured nothing. */

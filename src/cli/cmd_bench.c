@@ -26,6 +26,7 @@ typedef struct bench_opts {
     int batch, size, classes, threads, steps, warmup;
     int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
     int direct_convs;      /* --convs direct: cl_backend_opts.direct_convs */
+    int measured_convs;    /* --convs measured: cl_backend_opts.autotune */
     int profile;           /* --profile on: time each kind of plan step */
     const char *precision; /* --precision (infer): sets amp, checked */
     int int8;              /* --precision int8: calibrated on x, int8 plan */
@@ -45,7 +46,8 @@ static void bench_usage(FILE *f)
         "                     [--mode train|infer|both]\n"
         "                     [--backend onednn|ref] [--amp O0|O1|O2]\n"
         "                     [--precision f32|bf16|int8]\n"
-        "                     [--convs rewrite|direct] [--profile on|off]\n\n"
+        "                     [--convs rewrite|direct|measured] "
+        "[--profile on|off]\n\n"
         "Times full training steps (forward, backward, momentum-SGD "
         "update)\nand inference on synthetic data after warm-up; prints "
         "img/s, achieved\nGFLOPS (training counts 3x the forward), MFU "
@@ -57,7 +59,10 @@ static void bench_usage(FILE *f)
         "convolution primitives; the default (rewrite) computes\nsome "
         "shapes another way (weight gradients of small outputs as\n"
         "im2col + matmul, backward data of strided 1x1 convs on the "
-        "stride\ngrid).  --profile on (onednn) also prints where a timed "
+        "stride\ngrid); measured (training) times both ways, and each of "
+        "oneDNN's\nimplementations of every conv primitive, when it plans, "
+        "as\n`autotune: true` does in training, and keeps the fastest per "
+        "shape.\n--profile on (onednn) also prints where a timed "
         "step's time\ngoes: each kind of plan step (\"inner product "
         "forward\", ...) with its op,\nin ms per timed step; each step "
         "then waits for its primitive, so the\nprofiled run is a little "
@@ -107,6 +112,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->warmup = 3;
     o->amp = 0;
     o->direct_convs = 0;
+    o->measured_convs = 0;
     o->profile = 0;
     o->precision = NULL;
     o->int8 = 0;
@@ -143,11 +149,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->precision = v;
         else if (strcmp(k, "--convs") == 0) {
             o->direct_convs = strcmp(v, "direct") == 0;
-            if (!o->direct_convs && strcmp(v, "rewrite") != 0) {
-                fprintf(
-                    stderr,
-                    "classic bench: --convs '%s' is not rewrite or direct\n",
-                    v);
+            o->measured_convs = strcmp(v, "measured") == 0;
+            if (!o->direct_convs && !o->measured_convs &&
+                strcmp(v, "rewrite") != 0) {
+                fprintf(stderr,
+                        "classic bench: --convs '%s' is not rewrite, direct or "
+                        "measured\n",
+                        v);
                 return 1;
             }
         } else if (strcmp(k, "--profile") == 0) {
@@ -284,11 +292,28 @@ static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
     cl_backend_opts bo = {.threads = o->threads,
                           .amp_level = o->amp,
                           .direct_convs = o->direct_convs,
+                          .autotune = o->measured_convs,
                           .int8 = !train && o->int8};
+    double tp = cl_time_now();
     st = cl_backend_create(&be, o->backend, &g,
                            train ? CL_PLAN_TRAIN : CL_PLAN_INFER, &bo);
     if (st != CL_OK)
         goto fail;
+    if (train && o->measured_convs) {
+        int measured = 0, rewritten = 0;
+        cl_backend_tune_counts(be, &measured, &rewritten);
+        printf("autotune  %.1f s: %d of %d conv backward passes the other "
+               "way; %d conv primitives (per shape) another implementation "
+               "than oneDNN's first\n",
+               cl_time_now() - tp, rewritten, measured,
+               cl_backend_tune_impls(be));
+    }
+    if (strcmp(o->backend, "onednn") == 0) {
+        char impls[1024];
+        cl_dnnl_conv_impls(be, impls, sizeof impls);
+        if (impls[0])
+            printf("convs     %s: %s\n", train ? "train" : "infer", impls);
+    }
     if (train) {
         mom = cl_alloc_zero(sizeof(float) * g.n_param_floats, "momentum");
         if (!mom) {
@@ -408,6 +433,7 @@ int cl_cmd_bench(int argc, char **argv)
            o.amp,
            strcmp(o.backend, "onednn") != 0 ? "n/a"
            : o.direct_convs                 ? "direct"
+           : o.measured_convs               ? "measured"
                                             : "rewrite",
            cl_dnnl_isa_name());
     int modes[2] = {strcmp(o.mode, "infer") != 0, strcmp(o.mode, "train") != 0};

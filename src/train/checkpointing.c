@@ -264,9 +264,10 @@ static cl_status resume_ema(cl_run *r, const char *path)
  * when it let the backend choose. */
 static cl_status resume_conv_paths(cl_run *r, const char *sp)
 {
-    /* One char per node, and room for one more: a longer value shows as
-     * too long and the backend refuses it. */
-    size_t cap = (size_t)r->g.n_nodes + 2;
+    /* Four chars per node (one in state files written before the conv
+     * implementations were chosen), and room for one more: a longer value
+     * shows as too long and the backend refuses it. */
+    size_t cap = 4 * (size_t)r->g.n_nodes + 2;
     if (!(r->conv_paths = cl_alloc_zero(cap, "resume: conv paths")))
         return CL_ERR_NOMEM;
     CL_TRY(cl_ckpt_read_meta(sp, CL_STATE_CONV_PATHS, r->conv_paths, cap));
@@ -383,17 +384,18 @@ cl_status cl_run_share_start(cl_run *r)
     return CL_OK;
 }
 
-/* The choice travels as floats (one per node; a char each): the one
+/* The choice travels as floats (four per node; a char each): the one
  * broadcast the dist layer has. */
 cl_status cl_run_share_conv_paths(cl_run *r, char **paths)
 {
-    const size_t n = (size_t)r->g.n_nodes;
+    const size_t n = 4 * (size_t)r->g.n_nodes;
     float *f = cl_alloc(sizeof(float) * (n + 1), "conv paths");
     if (!f)
         return CL_ERR_NOMEM;
     const char *mine = cl_backend_conv_paths(r->be);
+    const size_t len = mine ? strlen(mine) : 0;
     for (size_t i = 0; i < n; i++)
-        f[i] = mine ? (float)mine[i] : 0.0f;
+        f[i] = i < len ? (float)mine[i] : 0.0f;
     cl_status s = cl_dist_broadcast_f32(r->d, f, n, 0);
     if (s == CL_OK && f[0] != 0.0f) {
         if (!(*paths = cl_alloc_zero(n + 1, "conv paths")))

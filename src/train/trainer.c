@@ -405,11 +405,14 @@ static cl_status plan_training(cl_run *r)
     if (cfg->autotune && r->conv_paths)
         cl_log(r->lg, CL_LOG_INFO,
                "autotune: the conv backward paths of the resumed run");
-    else if (measured)
+    else if (cfg->autotune)
         cl_log(r->lg, CL_LOG_INFO,
-               "autotune: measured two ways of %d conv backward passes in "
-               "%.1f s; %d run the other way than oneDNN's primitive",
-               measured, cl_time_now() - t0, rewritten);
+               "autotune: measured two ways of %d conv backward passes and "
+               "oneDNN's implementations of each conv primitive in %.1f s; "
+               "%d run the other way than oneDNN's primitive, %d (per shape) "
+               "another implementation than oneDNN's first",
+               measured, cl_time_now() - t0, rewritten,
+               cl_backend_tune_impls(r->be));
     if (cl_backend_fallback_ops(r->be)) {
         char names[256];
         cl_backend_fallback_names(r->be, names, sizeof names);

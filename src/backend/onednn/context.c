@@ -4,6 +4,7 @@
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +199,87 @@ cl_status cl_dnnl_prim_make(dn_ctx *d, int node, const char *what,
     if (own)
         dnnl_primitive_attr_destroy(own);
     own = NULL;
+    return prim_from_pd(d, node, what, *pd, prim);
+fail:
+    if (own)
+        dnnl_primitive_attr_destroy(own);
+    return st;
+}
+
+/* Implementation k of oneDNN's list for desc, counting only those that
+ * are not its reference loops ("ref:") and each name once (oneDNN 2.6
+ * lists some twice), in its order of preference; NULL past the end.
+ * *count (if given) is the length of that list. */
+static dnnl_primitive_desc_t nth_impl(dn_ctx *d, const_dnnl_op_desc_t desc,
+                                      const_dnnl_primitive_attr_t attr,
+                                      const_dnnl_primitive_desc_t hint, int k,
+                                      int *count)
+{
+    enum { MAX_NAMES = 16 };
+    dnnl_primitive_desc_iterator_t it = NULL;
+    dnnl_primitive_desc_t got = NULL;
+    char names[MAX_NAMES][32];
+    int seen = 0;
+    if (dnnl_primitive_desc_iterator_create(&it, desc, attr, d->eng, hint) !=
+        dnnl_success)
+        return NULL;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        const char *name = "";
+        int again = 0;
+        if (!pd)
+            break;
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+        for (int j = 0; j < seen; j++)
+            again |= strncmp(names[j], name, sizeof names[j] - 1) == 0;
+        if (strncmp(name, "ref", 3) != 0 && !again && seen < MAX_NAMES) {
+            snprintf(names[seen], sizeof names[seen], "%s", name);
+            if (seen++ == k && !got) {
+                got = pd;
+                pd = NULL;
+            }
+        }
+        if (pd)
+            dnnl_primitive_desc_destroy(pd);
+        if (got && !count)
+            break;
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (count)
+        *count = seen;
+    return got;
+}
+
+cl_status cl_dnnl_conv_prim_make(dn_ctx *d, int node, const char *what,
+                                 const_dnnl_op_desc_t desc,
+                                 const_dnnl_primitive_attr_t attr,
+                                 const_dnnl_primitive_desc_t hint,
+                                 dnnl_primitive_desc_t *pd,
+                                 dnnl_primitive_t *prim)
+{
+    cl_status st = CL_OK;
+    const size_t at = 3 * (size_t)node + (size_t)d->part;
+    const int k = d->impls ? d->impls[at] - '0' : 0;
+    dnnl_primitive_attr_t own = NULL;
+    if (!attr) {
+        TRY_GOTO(cl_dnnl_attr_new(d, &own));
+        attr = own;
+    }
+    *pd = NULL;
+    if (k > 0 || d->impl_count)
+        *pd = nth_impl(d, desc, attr, hint, k,
+                       d->impl_count ? &d->impl_count[at] : NULL);
+    if (!*pd) /* the first, or one this CPU lacks (a state file's) */
+        DN(dnnl_primitive_desc_create(pd, desc, attr, d->eng, hint), node,
+           what);
+    if (own)
+        dnnl_primitive_attr_destroy(own);
+    own = NULL;
+    if (d->impl_name) {
+        const char *name = "";
+        dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &name);
+        snprintf(d->impl_name[at], sizeof d->impl_name[at], "%s", name);
+    }
     return prim_from_pd(d, node, what, *pd, prim);
 fail:
     if (own)

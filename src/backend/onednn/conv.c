@@ -149,9 +149,12 @@ cl_status cl_dnnl_conv_fwd(dn_ctx *d, int i)
     if (q8) {
         TRY_GOTO(cl_dnnl_q8_output_scales(d, i, &cd, attr));
     }
-    TRY_GOTO(cl_dnnl_prim_make(
-        d, i, q8 ? "int8 convolution forward" : "convolution forward", &cd,
-        attr, NULL, &pd, &prim));
+    if (q8)
+        TRY_GOTO(cl_dnnl_prim_make(d, i, "int8 convolution forward", &cd, attr,
+                                   NULL, &pd, &prim));
+    else
+        TRY_GOTO(cl_dnnl_conv_prim_make(d, i, "convolution forward", &cd, attr,
+                                        NULL, &pd, &prim));
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;
     d->nd[i].fwd_pd = pd;
@@ -472,7 +475,7 @@ static cl_status plan_dgrad_unstrided(dn_ctx *d, int i, int dy,
     DN(dnnl_convolution_backward_data_desc_init(
            &cd, dnnl_convolution_direct, &gmd, &wany, dmd, one, zero, zero),
        i, what);
-    TRY_GOTO(cl_dnnl_prim_make(d, i, what, &cd, NULL, hint, &pd, &prim));
+    TRY_GOTO(cl_dnnl_conv_prim_make(d, i, what, &cd, NULL, hint, &pd, &prim));
     TRY_GOTO(cl_dnnl_md_store(d, &gmd, &gs));
     TRY_GOTO(cl_dnnl_bwd_data_step(d, i, what, pd, prim, dy, dmd, wplain, w, gs,
                                    &gmd));
@@ -529,8 +532,8 @@ cl_status cl_dnnl_conv_bwd(dn_ctx *d, int i)
            &cd, dnnl_convolution_direct, smd, &wf32, a->has_bias ? &bmd : NULL,
            dmd, strides, dil, pl, pr),
        i, "convolution backward weights descriptor");
-    TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution backward weights", &cd, NULL,
-                               d->nd[i].fwd_pd, &pd, &prim));
+    TRY_GOTO(cl_dnnl_conv_prim_make(d, i, "convolution backward weights", &cd,
+                                    NULL, d->nd[i].fwd_pd, &pd, &prim));
     TRY_GOTO(cl_dnnl_wgrad_step(d, i, "convolution backward weights", pd, prim,
                                 xs, smd, dy, dmd, &wplain,
                                 a->has_bias ? &bmd : NULL));
@@ -548,8 +551,8 @@ data:
                &cd, dnnl_convolution_direct, dxmd, &wany, dmd, strides, dil, pl,
                pr),
            i, "convolution backward data descriptor");
-        TRY_GOTO(cl_dnnl_prim_make(d, i, "convolution backward data", &cd, NULL,
-                                   d->nd[i].fwd_pd, &pd, &prim));
+        TRY_GOTO(cl_dnnl_conv_prim_make(d, i, "convolution backward data", &cd,
+                                        NULL, d->nd[i].fwd_pd, &pd, &prim));
         TRY_GOTO(cl_dnnl_bwd_data_step(d, i, "convolution backward data", pd,
                                        prim, dy, dmd, &wplain, w, tgt, dxmd));
     }

@@ -249,9 +249,21 @@ struct dn_ctx {
     /* Conv backward paths, one char per node (cl_dnnl_conv_paths): wanted
      * at plan start, what was planned once the node is planned. */
     char *paths;
+    /* oneDNN's implementation of each conv primitive, three chars per node
+     * (forward, weight gradient, data gradient: d->part): '0' is oneDNN's
+     * first choice, 'k' the k-th of its list without the reference loops.
+     * impl_count (measuring plans) and impl_name, per (node, part), are
+     * what the plan found. */
+    char *impls;
+    int *impl_count;
+    char (*impl_name)[32];
+    /* paths and impls as one string, four chars per node, for the caller
+     * (cl_dnnl_conv_paths) and back (cl_backend_opts.conv_paths). */
+    char *choice;
     int part;     /* the part of a conv backward being planned */
     double *prof; /* measuring: seconds per (node, part), or NULL */
     int tune_measured, tune_rewritten;
+    int tune_impls; /* (shape, part) planned with another implementation */
     unsigned fallback_ops; /* bit op set: a node of that op runs fallback.c */
     /* cl_dnnl_profile_start: seconds per kind of step, or NULL. */
     struct cl_dnnl_prof_row *sprof;
@@ -490,6 +502,16 @@ cl_status cl_dnnl_prim_make(dn_ctx *d, int node, const char *what,
                             const_dnnl_primitive_attr_t attr,
                             const_dnnl_primitive_desc_t hint,
                             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+/* A convolution's primitive as cl_dnnl_prim_make makes one, but of the
+ * implementation d->impls asks for this node and d->part (the k-th of
+ * oneDNN's list that is not its reference loops; the first where the CPU
+ * has no k-th), noting its count and name where the plan keeps them. */
+cl_status cl_dnnl_conv_prim_make(dn_ctx *d, int node, const char *what,
+                                 const_dnnl_op_desc_t desc,
+                                 const_dnnl_primitive_attr_t attr,
+                                 const_dnnl_primitive_desc_t hint,
+                                 dnnl_primitive_desc_t *pd,
+                                 dnnl_primitive_t *prim);
 cl_status cl_dnnl_reorder_make(dn_ctx *d, int node, const char *what,
                                const dnnl_memory_desc_t *src,
                                const dnnl_memory_desc_t *dst,
@@ -658,6 +680,8 @@ int cl_dnnl_wgrad_matmul_ok(const cl_graph *g, int i);
 int cl_dnnl_dgrad_grid_ok(const cl_graph *g, int i);
 /* d->paths before planning: the caller's, measured, or the thresholds. */
 cl_status cl_dnnl_choose_paths(dn_ctx *d);
+/* d->choice from the plan's paths and implementations, once planned. */
+cl_status cl_dnnl_choice_done(dn_ctx *d);
 
 /* ---- the plan (plan.c) -----------------------------------------------------
  *

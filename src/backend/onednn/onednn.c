@@ -7,6 +7,7 @@
  * the plan chose and what its steps cost.  Nothing in the backend calls
  * this file. */
 #include <dnnl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,8 @@ static cl_status dn_plan(cl_backend *be, cl_graph *g, cl_plan_mode mode)
 {
     CL_TRY(cl_dnnl_plan_begin(be, g, mode));
     CL_TRY(cl_dnnl_choose_paths(be->priv));
-    return cl_dnnl_plan_build(be->priv);
+    CL_TRY(cl_dnnl_plan_build(be->priv));
+    return cl_dnnl_choice_done(be->priv);
 }
 
 static void dn_stats(const cl_backend *be, cl_backend_stats *out)
@@ -27,9 +29,10 @@ static void dn_stats(const cl_backend *be, cl_backend_stats *out)
     const dn_ctx *d = be->priv;
     if (!d)
         return;
-    out->conv_paths = d->paths;
+    out->conv_paths = d->choice;
     out->tune_measured = d->tune_measured;
     out->tune_rewritten = d->tune_rewritten;
+    out->tune_impls = d->tune_impls;
     out->fallback_ops = d->fallback_ops;
 }
 
@@ -100,7 +103,44 @@ const char *cl_dnnl_conv_paths(const cl_backend *be)
     const dn_ctx *d = be->priv;
     if (be->vt != &cl_backend_onednn_vtbl || !d)
         return NULL;
-    return d->paths;
+    return d->choice;
+}
+
+void cl_dnnl_conv_impls(const cl_backend *be, char *buf, size_t cap)
+{
+    const dn_ctx *d = be->priv;
+    static const char *const part[3] = {"forward", "weight gradient",
+                                        "data gradient"};
+    size_t len = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    if (be->vt != &cl_backend_onednn_vtbl || !d || !d->impl_name)
+        return;
+    const int n = d->g->n_nodes;
+    for (int p = 0; p < 3; p++) {
+        int any = 0;
+        for (int i = 0; i < n; i++) {
+            const char *name = d->impl_name[3 * i + p];
+            int seen = 0, count = 0;
+            if (!name[0])
+                continue;
+            for (int j = 0; j < i; j++)
+                seen |= strcmp(d->impl_name[3 * j + p], name) == 0;
+            if (seen)
+                continue;
+            for (int j = i; j < n; j++)
+                count += strcmp(d->impl_name[3 * j + p], name) == 0;
+            int k =
+                any ? snprintf(buf + len, cap - len, ", %s x%d", name, count)
+                    : snprintf(buf + len, cap - len, "%s%s %s x%d",
+                               len ? "; " : "", part[p], name, count);
+            if (k < 0 || (size_t)k >= cap - len)
+                return;
+            len += (size_t)k;
+            any = 1;
+        }
+    }
 }
 
 void cl_dnnl_tune_counts(const cl_backend *be, int *measured, int *rewritten)

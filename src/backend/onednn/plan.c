@@ -284,6 +284,10 @@ void cl_dnnl_destroy(cl_backend *be)
     cl_free(d->scratch);
     cl_free(d->sync_sums);
     cl_free(d->paths);
+    cl_free(d->impls);
+    cl_free(d->impl_count);
+    cl_free(d->impl_name);
+    cl_free(d->choice);
     cl_free(d->fold);
     cl_free(d->labels);
     cl_free(d->targets);

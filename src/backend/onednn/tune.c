@@ -44,12 +44,17 @@ static int same_conv_shape(const cl_graph *g, int i, int j)
  * measuring plans are the backend's own, made and run by plan.c and
  * exec.c directly. */
 static cl_status sub_plan(cl_backend *sub, cl_graph *g,
-                          const cl_backend_opts *o)
+                          const cl_backend_opts *o, int count_impls)
 {
     *sub = (cl_backend){.g = g, .mode = CL_PLAN_TRAIN, .opts = *o};
     cl_status st = cl_dnnl_plan_begin(sub, g, CL_PLAN_TRAIN);
     if (st == CL_OK)
         st = cl_dnnl_choose_paths(sub->priv);
+    dn_ctx *d = sub->priv;
+    if (st == CL_OK && count_impls &&
+        !(d->impl_count = cl_alloc_zero(sizeof(int) * 3 * (size_t)g->n_nodes,
+                                        "onednn: tune")))
+        st = CL_ERR_NOMEM;
     if (st == CL_OK)
         st = cl_dnnl_plan_build(sub->priv);
     if (st != CL_OK) {
@@ -60,17 +65,21 @@ static cl_status sub_plan(cl_backend *sub, cl_graph *g,
 }
 
 /* Seconds per (node, part) of the last DN_TUNE_STEPS - 1 training steps of
- * g planned with paths (every conv's wanted way) into t (3 per node). */
+ * g planned with paths (every conv's wanted way, and with four chars per
+ * node its implementations) into t (3 per node); count, if given, gets
+ * the number of implementations of each (node, part) (3 per node). */
 static cl_status tune_time(cl_graph *g, const cl_backend_opts *base,
                            const char *paths, const float *x,
-                           const int32_t *labels, double *t)
+                           const int32_t *labels, double *t, int *count)
 {
     cl_backend be;
     cl_backend_opts o = *base;
     o.autotune = 0;
     o.conv_paths = paths;
-    CL_TRY(sub_plan(&be, g, &o));
+    CL_TRY(sub_plan(&be, g, &o, count != NULL));
     dn_ctx *d = be.priv;
+    if (count)
+        memcpy(count, d->impl_count, sizeof(int) * 3 * (size_t)g->n_nodes);
     cl_status st = CL_OK;
     d->prof = t;
     for (int k = 0; k < DN_TUNE_STEPS && st == CL_OK; k++) {
@@ -85,6 +94,80 @@ static cl_status tune_time(cl_graph *g, const cl_backend_opts *base,
     d->prof = NULL;
     cl_dnnl_destroy(&be);
     return st;
+}
+
+/* The most implementations of one conv primitive measured. */
+enum { DN_TUNE_IMPLS = 8 };
+
+/* d->impls by measurement, d->paths chosen: plans every conv with the k-th
+ * of oneDNN's implementations of each of its primitives (k = 0, 1, ...
+ * while some primitive has a k-th), times each (node, part) within whole
+ * training steps, so that the reorders an implementation's layouts bring
+ * count against it, adds the times of convs of one shape, and keeps the
+ * fastest per shape and part. */
+static cl_status tune_impls(dn_ctx *d, const float *x, const int32_t *labels)
+{
+    cl_graph *g = d->g;
+    const size_t n = (size_t)g->n_nodes;
+    cl_status st = CL_OK;
+    char *choice = cl_alloc_zero(4 * n + 1, "onednn: tune");
+    double *t = cl_alloc_zero(sizeof(double) * 3 * n, "onednn: tune");
+    double *best = cl_alloc_zero(sizeof(double) * 3 * n, "onednn: tune");
+    int *count = cl_alloc_zero(sizeof(int) * 3 * n, "onednn: tune");
+    if (!choice || !t || !best || !count) {
+        st = CL_ERR_NOMEM;
+        goto done;
+    }
+    int most = 1;
+    for (int k = 0; k < most && k < DN_TUNE_IMPLS && st == CL_OK; k++) {
+        for (size_t i = 0; i < n; i++) {
+            int conv = g->nodes[i].op == CL_OP_CONV2D;
+            choice[4 * i] = d->paths[i];
+            memset(choice + 4 * i + 1, conv ? '0' + k : '0', 3);
+        }
+        st = tune_time(g, &d->be->opts, choice, x, labels, t,
+                       k == 0 ? count : NULL);
+        for (size_t a = 0; k == 0 && a < 3 * n; a++)
+            most = count[a] > most ? count[a] : most;
+        for (size_t a = 0; st == CL_OK && a < 3 * n; a++) {
+            int i = (int)(a / 3), part = (int)(a % 3);
+            if (g->nodes[i].op != CL_OP_CONV2D || k >= count[a])
+                continue;
+            double sum = 0;
+            for (int j = 0; j < (int)n; j++)
+                if (g->nodes[j].op == CL_OP_CONV2D && same_conv_shape(g, i, j))
+                    sum += t[3 * j + part];
+            if (k == 0 || sum < best[a]) {
+                best[a] = sum;
+                d->impls[a] = (char)('0' + k);
+            }
+        }
+    }
+    for (size_t a = 0; st == CL_OK && a < 3 * n; a++)
+        if (d->impls[a] != '0') {
+            int i = (int)(a / 3), first = 1;
+            for (int j = 0; j < i; j++)
+                if (g->nodes[j].op == CL_OP_CONV2D && same_conv_shape(g, i, j))
+                    first = 0;
+            d->tune_impls += first;
+        }
+done:
+    cl_free(choice);
+    cl_free(t);
+    cl_free(best);
+    cl_free(count);
+    return st;
+}
+
+/* Four characters per node: a path digit 0-3, then three implementation
+ * digits. */
+static int choice_ok(const char *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("0123", c[4 * i]) || c[4 * i] == '\0' ||
+            strspn(c + 4 * i + 1, "0123456789") < 3)
+            return 0;
+    return 1;
 }
 
 /* Fills d->paths by measurement (see above).  The graph's buffers (BN
@@ -116,10 +199,7 @@ static cl_status tune(dn_ctx *d)
         none[i] = '0';
         any |= want;
     }
-    if (!any) { /* nothing to choose */
-        memcpy(d->paths, none, (size_t)n);
-        goto done;
-    }
+    memcpy(d->paths, none, (size_t)n);
     cl_rng r;
     cl_rng_init(&r, 1, 0);
     for (size_t k = 0; k < nx; k++)
@@ -127,9 +207,12 @@ static cl_status tune(dn_ctx *d)
     for (int k = 0; k < g->batch; k++)
         labels[k] = g->num_classes > 0 ? k % g->num_classes : 0;
     memcpy(buf, g->buffers, sizeof(float) * g->n_buffer_floats);
-    st = tune_time(g, &d->be->opts, all, x, labels, t);
+    if (!any) /* no second way: the implementations only */
+        goto impls;
+    st = tune_time(g, &d->be->opts, all, x, labels, t, NULL);
     if (st == CL_OK)
-        st = tune_time(g, &d->be->opts, none, x, labels, t + 3 * (size_t)n);
+        st = tune_time(g, &d->be->opts, none, x, labels, t + 3 * (size_t)n,
+                       NULL);
     memcpy(g->buffers, buf, sizeof(float) * g->n_buffer_floats);
     if (st != CL_OK) {
         st = cl_error_wrap(st, "measuring the conv backward paths: ");
@@ -155,6 +238,11 @@ static cl_status tune(dn_ctx *d)
         }
         d->paths[i] = (char)('0' + got);
     }
+impls:
+    st = tune_impls(d, x, labels);
+    memcpy(g->buffers, buf, sizeof(float) * g->n_buffer_floats);
+    if (st != CL_OK)
+        st = cl_error_wrap(st, "measuring oneDNN's conv implementations: ");
 done:
     cl_free(all);
     cl_free(none);
@@ -165,25 +253,40 @@ done:
     return st;
 }
 
-/* d->paths before planning: the caller's, measured, or the thresholds. */
+/* d->paths and d->impls before planning: the caller's, measured, or the
+ * thresholds with oneDNN's first implementations.  The caller's string
+ * is cl_dnnl_conv_paths' (four chars per node), or one path digit per
+ * node as state files written before the implementations were chosen
+ * hold. */
 cl_status cl_dnnl_choose_paths(dn_ctx *d)
 {
     cl_graph *g = d->g;
     const cl_backend_opts *o = &d->be->opts;
-    d->paths = cl_alloc_zero((size_t)g->n_nodes + 1, "onednn: paths");
-    if (!d->paths)
+    const size_t n = (size_t)g->n_nodes;
+    d->paths = cl_alloc_zero(n + 1, "onednn: paths");
+    d->impls = cl_alloc_zero(3 * n + 1, "onednn: conv implementations");
+    d->impl_name = cl_alloc_zero(3 * n * sizeof *d->impl_name,
+                                 "onednn: conv implementations");
+    if (!d->paths || !d->impls || !d->impl_name)
         return CL_ERR_NOMEM;
+    memset(d->impls, '0', 3 * n);
     if (o->conv_paths) {
         size_t len = strlen(o->conv_paths);
-        if (len != (size_t)g->n_nodes || strspn(o->conv_paths, "0123") != len)
+        int old = len == n && strspn(o->conv_paths, "0123") == len;
+        if (!old && (len != 4 * n || !choice_ok(o->conv_paths, n)))
             return cl_error(CL_ERR_ARG,
                             "onednn: conv paths '%.40s' do not fit this "
-                            "graph (%d nodes, one of 0-3 each)",
+                            "graph (%d nodes: one of 0-3 each, or four "
+                            "characters each as a plan gives them)",
                             o->conv_paths, g->n_nodes);
-        memcpy(d->paths, o->conv_paths, len);
+        for (size_t i = 0; i < n; i++) {
+            d->paths[i] = o->conv_paths[old ? i : 4 * i];
+            if (!old)
+                memcpy(d->impls + 3 * i, o->conv_paths + 4 * i + 1, 3);
+        }
         return CL_OK;
     }
-    memset(d->paths, '0', (size_t)g->n_nodes);
+    memset(d->paths, '0', n);
     if (o->direct_convs)
         return CL_OK;
     if (o->autotune && d->mode == CL_PLAN_TRAIN)
@@ -194,6 +297,20 @@ cl_status cl_dnnl_choose_paths(dn_ctx *d)
                    y->d[2] * y->d[3] <= DN_WGRAD_MATMUL_MAX_HW;
         want |= cl_dnnl_dgrad_grid_ok(g, i) ? 2 : 0;
         d->paths[i] = (char)('0' + want);
+    }
+    return CL_OK;
+}
+
+cl_status cl_dnnl_choice_done(dn_ctx *d)
+{
+    const size_t n = (size_t)d->g->n_nodes;
+    if (!d->paths)
+        return CL_OK;
+    if (!(d->choice = cl_alloc_zero(4 * n + 1, "onednn: conv choice")))
+        return CL_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        d->choice[4 * i] = d->paths[i];
+        memcpy(d->choice + 4 * i + 1, d->impls + 3 * i, 3);
     }
     return CL_OK;
 }
