@@ -75,6 +75,12 @@ CL_TEST(bench_profile)
     CHECK(strstr(cl_test_out, "convolution forward (conv2d)") != NULL);
     CHECK(strstr(cl_test_out, "inner product forward (linear)") != NULL);
     CHECK(strstr(cl_test_out, "bench: mode=infer img_s=") != NULL);
+    /* The bandwidth memory-bound steps are held against, and their share
+     * of it. */
+    CHECK(strstr(cl_test_out, "GB/s STREAM triad") != NULL);
+    CHECK(strstr(cl_test_out, "batch normalization forward (batchnorm2d)  [") !=
+          NULL);
+    CHECK(strstr(cl_test_out, "% of triad]") != NULL);
     CHECK(cl_test_classic("bench --arch resnet18 --stem cifar --size 8 "
                           "--batch 2 --steps 1 --warmup 0 --mode train "
                           "--backend ref --profile on") != 0);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/bandwidth.h"
 #include "core/cpu_peak.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -231,6 +232,21 @@ CL_TEST(log_levels)
     CHECK(strstr(line, "shown 5") != NULL);
     CHECK(fgets(line, sizeof line, f) == NULL);
     fclose(f);
+}
+
+/* STREAM's copy and triad measure a plausible bandwidth (0.5 GB/s to
+ * 10 TB/s on any machine classic runs on) over arrays larger than the
+ * caches, on the threads asked for. */
+CL_TEST(memory_bandwidth_is_measured)
+{
+    cl_bandwidth b;
+    REQUIRE_OK(cl_bandwidth_measure(1, &b));
+    printf("triad %.1f GB/s, copy %.1f GB/s on %d thread(s)\n", b.triad_gbs,
+           b.copy_gbs, b.threads);
+    CHECK(b.threads == 1);
+    CHECK(b.mib >= 32);
+    CHECK(b.triad_gbs > 0.5 && b.triad_gbs < 10000);
+    CHECK(b.copy_gbs > 0.5 && b.copy_gbs < 10000);
 }
 
 /* The MFU peak follows oneDNN's instruction set and the precision; the

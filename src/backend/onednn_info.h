@@ -52,6 +52,9 @@ typedef struct cl_dnnl_prof_row {
     int op;
     double seconds;
     long runs;
+    /* The bytes of the steps' arguments (each read or written once: the
+     * least their work moves), summed. */
+    double bytes;
 } cl_dnnl_prof_row;
 /* Starts (or restarts from zero) timing every step of be's plan.  Each
  * step then waits for its primitive, so the plan runs a little slower

@@ -12,6 +12,7 @@
 #include "backend/onednn_info.h"
 #include "classic/classic.h"
 #include "cli/cli.h"
+#include "core/bandwidth.h"
 #include "core/cpu_peak.h"
 #include "train/quantize.h"
 #include "core/error.h"
@@ -27,6 +28,7 @@ typedef struct bench_opts {
     int amp; /* amp_level: 0 f32, 1 bf16 conv/matmul, 2 bf16 activations */
     int direct_convs;      /* --convs direct: cl_backend_opts.direct_convs */
     int measured_convs;    /* --convs measured: cl_backend_opts.autotune */
+    double bw_gbs;         /* --profile: STREAM triad, GB/s */
     int profile;           /* --profile on: time each kind of plan step */
     const char *precision; /* --precision (infer): sets amp, checked */
     int int8;              /* --precision int8: calibrated on x, int8 plan */
@@ -114,6 +116,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->direct_convs = 0;
     o->measured_convs = 0;
     o->profile = 0;
+    o->bw_gbs = 0.0;
     o->precision = NULL;
     o->int8 = 0;
     o->amp_given = 0;
@@ -242,8 +245,18 @@ typedef struct bench_result {
     double t_fwd, t_bwd, t_upd; /* seconds per step in each phase */
 } bench_result;
 
-/* The step kinds timed in be since the warm-up, per timed step. */
-static void print_profile(const cl_backend *be, int train, int steps)
+/* Whether a step kind is arithmetic-bound (its GB/s says little). */
+static int computes(const char *what)
+{
+    return strstr(what, "convolution") || strstr(what, "matmul") ||
+           strstr(what, "inner product");
+}
+
+/* The step kinds timed in be since the warm-up, per timed step; the
+ * memory-bound ones with the GB/s their arguments' bytes make and its
+ * share of STREAM's triad (bw_gbs, 0 if unmeasured). */
+static void print_profile(const cl_backend *be, int train, int steps,
+                          double bw_gbs)
 {
     enum { ROWS = 40 };
     cl_dnnl_prof_row rows[ROWS];
@@ -254,11 +267,18 @@ static void print_profile(const cl_backend *be, int train, int steps)
     printf("profile   %s, ms per timed step by kind of plan step (the %d "
            "largest):\n",
            train ? "train" : "infer", n);
-    for (int k = 0; k < n; k++)
-        printf("  %9.2f ms %5.1f%%  %s (%s)\n", 1e3 * rows[k].seconds / steps,
-               total > 0.0 ? 100.0 * rows[k].seconds / total : 0.0,
-               rows[k].what,
-               rows[k].op >= 0 ? cl_op_name((cl_op_kind)rows[k].op) : "plan");
+    for (int k = 0; k < n; k++) {
+        char bw[64] = "";
+        double gbs =
+            rows[k].seconds > 0.0 ? rows[k].bytes / rows[k].seconds / 1e9 : 0.0;
+        if (!computes(rows[k].what) && rows[k].bytes > 0.0)
+            snprintf(bw, sizeof bw, "  [%.1f GB/s, %.0f%% of triad]", gbs,
+                     bw_gbs > 0.0 ? 100.0 * gbs / bw_gbs : 0.0);
+        printf(
+            "  %9.2f ms %5.1f%%  %s (%s)%s\n", 1e3 * rows[k].seconds / steps,
+            total > 0.0 ? 100.0 * rows[k].seconds / total : 0.0, rows[k].what,
+            rows[k].op >= 0 ? cl_op_name((cl_op_kind)rows[k].op) : "plan", bw);
+    }
 }
 
 static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
@@ -370,7 +390,7 @@ static cl_status run_mode(const bench_opts *o, const cl_arch *cfg, int train,
     res->t_bwd = tb / o->steps;
     res->t_upd = tu / o->steps;
     if (o->profile)
-        print_profile(be, train, o->steps);
+        print_profile(be, train, o->steps, o->bw_gbs);
 fail:
     cl_free(mom);
     cl_backend_destroy(be);
@@ -423,6 +443,9 @@ int cl_cmd_bench(int argc, char **argv)
                : cl_peak_kind_for(cl_dnnl_isa_name(), o.amp > 0);
     if (cl_peak_measure(kind, threads, &pk) == CL_OK)
         peak = pk.gflops;
+    cl_bandwidth bw = {0};
+    if (o.profile && cl_bandwidth_measure(threads, &bw) == CL_OK)
+        o.bw_gbs = bw.triad_gbs;
     printf("classic bench: %s, %s%s%d classes, %dx%d, batch %d, "
            "%d threads, backend %s, %s%d, convs %s (cpu isa %s)\n",
            o.arch, cl_arch_stem(&cfg) ? o.stem : "",
@@ -462,6 +485,11 @@ int cl_cmd_bench(int argc, char **argv)
         else
             printf("peak      unknown (%s); no MFU\n", cl_last_error());
     }
+    if (o.bw_gbs > 0.0)
+        printf("memory    %.1f GB/s STREAM triad, %.1f GB/s copy (3 arrays "
+               "of %.0f MiB, %d thread(s)); the profile's GB/s count each "
+               "argument once\n",
+               bw.triad_gbs, bw.copy_gbs, bw.mib, bw.threads);
     for (int m = 0; m < 2 && rc == 0; m++) {
         if (!modes[m])
             continue;

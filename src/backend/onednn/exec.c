@@ -14,20 +14,27 @@
 #include "core/mem.h"
 #include "core/timer.h"
 
-/* Adds t seconds to the row of step s's kind (its name and op). */
+/* Adds t seconds to the row of step s's kind (its name and op), and the
+ * bytes of its arguments: each read or written once, the least any way
+ * of computing the step moves. */
 static void profile_add(dn_ctx *d, const dn_step *s, double t)
 {
     const int op = s->node >= 0 ? (int)d->g->nodes[s->node].op : -1;
+    double bytes = 0.0;
+    for (int a = 0; a < s->nargs; a++)
+        if (s->args[a].md.ndims > 0)
+            bytes += (double)md_size(&s->args[a].md);
     for (int k = 0; k < d->n_sprof; k++) {
         cl_dnnl_prof_row *r = &d->sprof[k];
         if (r->op == op && strcmp(r->what, s->what) == 0) {
             r->seconds += t;
+            r->bytes += bytes;
             r->runs++;
             return;
         }
     }
     if (d->n_sprof < DN_PROF_KINDS)
-        d->sprof[d->n_sprof++] = (cl_dnnl_prof_row){s->what, op, t, 1};
+        d->sprof[d->n_sprof++] = (cl_dnnl_prof_row){s->what, op, t, 1, bytes};
 }
 
 cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
@@ -36,7 +43,7 @@ cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
     cl_backend *be = d->be;
     for (int k = 0; k < l->n; k++) {
         dn_step *s = &l->s[k];
-        double t0 = d->prof && s->part ? cl_time_now() : 0.0;
+        double t0 = d->prof ? cl_time_now() : 0.0;
         const double ts = d->sprof ? cl_time_now() : 0.0;
         switch (s->kind) {
         case STEP_PRIM:
