@@ -30,7 +30,10 @@
 #   runs every row: the f32 ones, their _bf16 twins and infer224b16_ort
 #   (for Swin the 224x224 ones only).  ORT_PREFIX: where onnxruntime-node
 #   is (default <dir of classic>/onnx, the tests' copy; installed there
-#   with tests/onnx/setup.sh when missing).
+#   with tests/onnx/setup.sh when missing).  CONVS="rewrite measured"
+#   runs classic once per `--convs` value in each round (one row each,
+#   against the same peer runs): a before/after of how the convs are
+#   chosen in one sitting.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLASSIC=${1:-${CLASSIC:-$ROOT/build/classic}}
@@ -56,6 +59,14 @@ if [ "$CONFIGS" = all ]; then
     CONFIGS="$CONFIGS infer224b16_ort"
 fi
 REPEAT=${REPEAT:-2}
+VARIANTS=${CONVS:-default}
+for v in $VARIANTS; do
+    case $v in
+    default | rewrite | direct | measured) ;;
+    *) echo "vs_pytorch: CONVS: '$v' is not rewrite, direct or measured" >&2
+       exit 1 ;;
+    esac
+done
 ORT_PREFIX=${ORT_PREFIX:-$(dirname "$CLASSIC")/onnx}
 
 # config C: sets prec (f32, bf16 or ort), mode, size, batch, warm and steps
@@ -165,14 +176,22 @@ for c in $CONFIGS; do
     if [ "$prec" = ort ]; then export_onnx "$batch"; fi
     # Alternate the two REPEAT times and keep each one's best run: the
     # machine is shared, and a burst of other work hits whichever runs.
-    cl="" pt=""
+    pt=""
+    for v in $VARIANTS; do eval "cl_$v=''"; done
     r=0
     while [ $r -lt "$REPEAT" ]; do
         r=$((r + 1))
-        # shellcheck disable=SC2086 # option lists, split on purpose
-        out=$("$CLASSIC" bench --arch "$ARCH" $STEM $args $amp)
-        echo "$out" >&2
-        cl=$(best "$cl" "$(echo "$out" | grep "^bench: mode=$mode")")
+        for v in $VARIANTS; do
+            convs=""
+            if [ "$v" != default ]; then convs="--convs $v"; fi
+            # shellcheck disable=SC2086 # option lists, split on purpose
+            out=$("$CLASSIC" bench --arch "$ARCH" $STEM $args $amp $convs)
+            echo "$out" >&2
+            eval "prev=\$cl_$v"
+            # shellcheck disable=SC2154 # set by the eval above
+            got=$(best "$prev" "$(echo "$out" | grep "^bench: mode=$mode")")
+            eval "cl_$v=\$got"
+        done
         if [ "$prec" = ort ]; then
             out=$(node "$ROOT/bench/ort_infer.js" "$ORT_PREFIX" \
                 "$TMP/model.onnx" "$batch,3,$size,$size" "$THREADS" \
@@ -196,21 +215,26 @@ for c in $CONFIGS; do
     else
         peer="torch $(field layout "$pt")"
     fi
-    ci=$(field img_s "$cl")
-    ti=$(field img_s "$pt")
-    peak=$(field peak_gflops "$cl")
-    gf=$(field gflops "$cl")
-    row=$(awk -v c="$c" -v ci="$ci" -v ti="$ti" -v gf="$gf" -v pk="$peak" \
-        -v cr="$(field rss_mb "$cl")" -v tr="$(field rss_mb "$pt")" \
-        -v peer="$peer" 'BEGIN {
-        tg = gf * ti / ci
-        printf "%-19s %9.2f %9.2f %6.2fx %7.1f%% %7.1f%% %9.0f %9.0f  %s",
-            c, ci, ti, ci / ti, 100 * gf / pk, 100 * tg / pk, cr, tr, peer }')
-    ROWS="$ROWS$row
+    for v in $VARIANTS; do
+        eval "cl=\$cl_$v"
+        name=$c
+        if [ "$v" != default ]; then name="$c $v"; fi
+        ci=$(field img_s "$cl")
+        ti=$(field img_s "$pt")
+        peak=$(field peak_gflops "$cl")
+        gf=$(field gflops "$cl")
+        row=$(awk -v c="$name" -v ci="$ci" -v ti="$ti" -v gf="$gf" \
+            -v pk="$peak" -v cr="$(field rss_mb "$cl")" \
+            -v tr="$(field rss_mb "$pt")" -v peer="$peer" 'BEGIN {
+            tg = gf * ti / ci
+            printf "%-28s %9.2f %9.2f %6.2fx %7.1f%% %7.1f%% %9.0f %9.0f  %s",
+                c, ci, ti, ci / ti, 100 * gf / pk, 100 * tg / pk, cr, tr, peer }')
+        ROWS="$ROWS$row
 "
+    done
 done
 echo
 echo "after: $(uptime | sed 's/.*load/load/')"
-printf "%-19s %9s %9s %7s %8s %8s %9s %9s  %s\n" config "cl img/s" \
+printf "%-28s %9s %9s %7s %8s %8s %9s %9s  %s\n" config "cl img/s" \
     "pr img/s" ratio "MFU cl" "MFU peer" "RSS cl MB" "RSS pr MB" peer
 printf "%s" "$ROWS"
