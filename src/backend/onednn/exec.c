@@ -43,7 +43,7 @@ cl_status cl_dnnl_run_list(dn_ctx *d, dn_list *l)
     cl_backend *be = d->be;
     for (int k = 0; k < l->n; k++) {
         dn_step *s = &l->s[k];
-        double t0 = d->prof ? cl_time_now() : 0.0;
+        double t0 = d->prof && s->node >= 0 ? cl_time_now() : 0.0;
         const double ts = d->sprof ? cl_time_now() : 0.0;
         switch (s->kind) {
         case STEP_PRIM:
