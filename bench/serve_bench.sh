@@ -191,8 +191,9 @@ for m in $models; do
         -s "$work/post.lua" "$url")
       r1=$(rss)
       echo "# $m soak ${SOAK}s: $(echo "$out" | awk '/requests in/ { print $1 }')" \
-        "requests, non-2xx $(echo "$out" | awk '/Non-2xx/ { print $5 }'), RSS" \
-        "$r0 -> $r1 kB"
+        "requests, non-2xx $(echo "$out" | awk '/Non-2xx/ { print $5 }')," \
+        "socket errors: $(echo "$out" | awk '/Socket errors/ { $1 = $2 = ""; print }')," \
+        "RSS $r0 -> $r1 kB"
     fi
     kill -TERM "$pid"
     wait "$pid" || true
