@@ -35,6 +35,10 @@ int cl_dnnl_plan_steps(const struct cl_backend *be, const char *what);
  * without the reference loops); NULL for another backend.  Owned by be;
  * cl_backend_opts.conv_paths takes it back. */
 const char *cl_dnnl_conv_paths(const struct cl_backend *be);
+/* 1 where inference plans run attention (softmax between two matmuls) as
+ * one fused step: builds with AVX-512, whose registers hold its 16-lane
+ * vectors; 0 elsewhere, where the three steps are faster. */
+int cl_dnnl_attention_fused(void);
 /* The implementations oneDNN runs the plan's conv primitives with, as
  * "forward jit:avx2 x20, jit_1x1:avx2 x33; weight gradient ..." (the
  * count of conv nodes each); empty for another backend. */
